@@ -1,0 +1,57 @@
+# relpos: `make book` builds the book, `make test` runs every check. See README.md.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+JB := $(VENV)/bin/jupyter-book
+STAMP := $(VENV)/.installed
+CHROMIUM ?= $(shell command -v chromium 2>/dev/null || echo /usr/bin/chromium)
+PORT ?= 8000
+
+# Nothing is fetched from a model hub; matplotlib draws off-screen.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export MPLBACKEND := Agg
+export RELPOS_CHROMIUM := $(CHROMIUM)
+
+.PHONY: book test serve venv unit notebooks book-strict browser check-python check-chromium colab-cells clean
+
+book: $(STAMP)
+	$(JB) build .
+	@echo
+	@echo "The book is in _build/html: open file://$(CURDIR)/_build/html/index.html, or run 'make serve'."
+
+test: $(STAMP) check-chromium
+	$(PY) -m pytest tests --ignore=tests/browser
+	$(PY) -m pytest --nbval-lax chapters
+	$(JB) build . -W -n --keep-going
+	$(PY) -m pytest tests/browser
+
+serve: $(STAMP)
+	@test -f _build/html/index.html || { echo "error: no built book in _build/html: run 'make book' first"; exit 1; }
+	@echo "Serving the book at http://127.0.0.1:$(PORT)/ (Ctrl-C stops it)"
+	$(PY) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml | check-python
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+check-python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "error: relpos needs Python 3.11 or newer; '$(PYTHON)' is $$($(PYTHON) --version 2>&1 || echo missing)."; \
+	  echo "       Install Python 3.11+ and run e.g. 'make PYTHON=python3.11 $(MAKECMDGOALS)'."; exit 1; }
+
+check-chromium:
+	@test -x "$(CHROMIUM)" || { \
+	  echo "error: the browser check needs Chromium, not found at '$(CHROMIUM)'."; \
+	  echo "       On Debian/Ubuntu: sudo apt-get install -y chromium   (or set CHROMIUM=/path/to/chromium)"; exit 1; }
+
+# Re-render every chapter's Colab set-up cell from the repository URL in _config.yml.
+colab-cells: $(STAMP)
+	$(PY) tools/colab_cell.py --write
+
+clean:
+	rm -rf _build bench_out .pytest_cache .hypothesis

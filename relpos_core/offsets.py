@@ -1,0 +1,42 @@
+"""Signed offset matrices, the common language of every relative scheme (chapter 1).
+
+Two conventions appear in the literature and in code:
+
+* ``"key_minus_query"``: entry (i, j) is j - i. Positive means the key comes *after*
+  the query. Used by Shaw et al., T5 and the Music Transformer.
+* ``"query_minus_key"``: entry (i, j) is i - j. Positive means the key comes *before*
+  the query. Used by Transformer-XL and DeBERTa.
+
+The two matrices are negatives (and transposes) of each other; each is antisymmetric.
+"""
+from __future__ import annotations
+
+import torch
+
+from ._validate import check_choice, check_int, check_positive_int
+
+CONVENTIONS = ("key_minus_query", "query_minus_key")
+
+
+def relative_offsets(
+    query_len: int,
+    key_len: int | None = None,
+    *,
+    convention: str = "key_minus_query",
+    query_offset: int = 0,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Signed offsets between query positions (rows) and key positions (columns).
+
+    Query i sits at absolute position ``query_offset + i`` and key j at position j, so
+    ``query_offset = key_len - query_len`` places the queries at the end of the keys
+    (a decoder step with a KV cache). Returns a (query_len, key_len) int64 tensor.
+    """
+    query_len = check_positive_int("query_len", query_len)
+    key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
+    check_choice("convention", convention, CONVENTIONS)
+    query_offset = check_int("query_offset", query_offset)
+    q_pos = torch.arange(query_len, device=device)[:, None] + query_offset  # (Lq, 1)
+    k_pos = torch.arange(key_len, device=device)[None, :]  # (1, Lk)
+    key_minus_query = k_pos - q_pos  # (Lq, Lk)
+    return key_minus_query if convention == "key_minus_query" else -key_minus_query

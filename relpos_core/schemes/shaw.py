@@ -1,0 +1,206 @@
+"""Shaw et al.: learned relative vectors on keys and values.
+
+Paper: Peter Shaw, Jakob Uszkoreit, Ashish Vaswani, "Self-Attention with Relative
+Position Representations", NAACL 2018. Taught in the book's chapter on Shaw et al.
+(learned key and value tables indexed by clipped distance).
+
+Sign convention: ``key_minus_query``. The offset of key j seen from query i is r = j - i,
+clipped to [-k, k] with k = ``max_relative_position``; table row ``r + k`` holds its
+vector, so row 0 is "k or more positions *before* the query" and row 2k is "k or more
+positions *after*". Two tables of shape (2k + 1, d_head), shared by the heads of a layer:
+
+    e_ij = q_i . (k_j + a^K_ij) / sqrt(d)          a^K_ij = rel_key[clip(j - i, -k, k) + k]
+    z_i  = sum_j softmax_j(e_ij) (v_j + a^V_ij)     a^V_ij = rel_value[clip(j - i, -k, k) + k]
+
+``shaw_attention`` is the scheme's reference form: it gathers the tables into
+(Lq, Lk, d) tensors, which is exactly the paper's equations and fine for small L. The
+memory-light paths (gather Q . A^T into (Lq, 2k + 1), then index) live in
+``relpos_core/kernels``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
+from relpos_core.offsets import relative_offsets
+
+__all__ = [
+    "ShawConfig",
+    "ShawSelfAttention",
+    "shaw_attention",
+    "shaw_relative_index",
+    "shaw_relative_logits",
+]
+
+
+def shaw_relative_index(
+    query_len: int,
+    key_len: int | None = None,
+    *,
+    max_relative_position: int,
+    query_offset: int = 0,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Table row for every (query, key) pair: clip(j - i, -k, k) + k, in [0, 2k].
+
+    Sign convention: ``key_minus_query`` (j - i). Query i sits at absolute position
+    ``query_offset + i``, key j at position j (``query_offset = key_len - query_len``
+    puts the queries at the end of the keys, as in a decoder step with a KV cache).
+    Returns a (query_len, key_len) int64 tensor.
+    """
+    query_len = check_positive_int("query_len", query_len)
+    key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
+    k = check_positive_int("max_relative_position", max_relative_position)
+    query_offset = check_int("query_offset", query_offset)
+    rel = relative_offsets(query_len, key_len, convention="key_minus_query",
+                           query_offset=query_offset, device=device)  # (Lq, Lk), j - i
+    return rel.clamp(-k, k) + k  # (Lq, Lk) in [0, 2k]
+
+
+def _check_table(name: str, table, k: int, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
+    check_tensor(name, table, ndim=2, floating=True, dtype=dtype)
+    if table.shape[0] != 2 * k + 1:
+        raise ValueError(
+            f"{name} must have 2 * max_relative_position + 1 = {2 * k + 1} rows "
+            f"(one per clipped offset in [-{k}, {k}]), got shape {tuple(table.shape)}"
+        )
+    check_tensor(name, table, shape={1: head_dim})
+    return table
+
+
+def shaw_relative_logits(
+    q: torch.Tensor,
+    rel_key: torch.Tensor,
+    *,
+    max_relative_position: int,
+    key_len: int | None = None,
+    query_offset: int = 0,
+) -> torch.Tensor:
+    """The unscaled position term q_i . rel_key[clip(j - i, -k, k) + k].
+
+    Sign convention: ``key_minus_query`` (j - i). ``q`` is (..., Lq, d), ``rel_key`` is
+    (2k + 1, d); returns (..., Lq, Lk) with Lk = ``key_len`` (default Lq). Written as
+    the paper's sum over d with the table gathered to (Lq, Lk, d).
+    """
+    check_tensor("q", q, ndim=tuple(range(2, 9)), floating=True)
+    k = check_positive_int("max_relative_position", max_relative_position)
+    Lq, d = q.shape[-2], q.shape[-1]
+    key_len = Lq if key_len is None else check_positive_int("key_len", key_len)
+    query_offset = check_int("query_offset", query_offset)
+    _check_table("rel_key", rel_key, k, d, q.dtype)
+    idx = shaw_relative_index(Lq, key_len, max_relative_position=k,
+                              query_offset=query_offset, device=q.device)  # (Lq, Lk)
+    a_k = rel_key[idx]  # (Lq, Lk, d)
+    return torch.einsum("...id,ijd->...ij", q, a_k)  # (..., Lq, Lk)
+
+
+def shaw_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    rel_key: torch.Tensor | None = None,
+    rel_value: torch.Tensor | None = None,
+    max_relative_position: int,
+    causal: bool = False,
+    query_offset: int = 0,
+) -> torch.Tensor:
+    """Shaw relative attention, the paper's equations (reference form).
+
+    Sign convention: ``key_minus_query``: the pair (i, j) uses table row
+    clip(j - i, -k, k) + k, so a key *before* the query uses a row below k.
+
+    q: (B, H, Lq, d); k, v: (B, H, Lk, d); rel_key, rel_value: (2k + 1, d) shared by all
+    heads, either may be None (key term only, value term only, both, or neither).
+    Query i sits at position ``query_offset + i``; with ``causal=True`` key j is masked
+    when j > query_offset + i (so ``query_offset`` must be >= 0). Returns (B, H, Lq, d).
+    """
+    check_tensor("q", q, ndim=4, floating=True)
+    B, H, Lq, d = q.shape
+    check_tensor("k", k, ndim=4, floating=True, dtype=q.dtype, shape={0: B, 1: H, 3: d})
+    Lk = k.shape[2]
+    check_tensor("v", v, ndim=4, floating=True, dtype=q.dtype, shape={0: B, 1: H, 2: Lk, 3: d})
+    kmax = check_positive_int("max_relative_position", max_relative_position)
+    check_choice("causal", causal, (False, True))
+    query_offset = check_int("query_offset", query_offset, min_value=0 if causal else None)
+    if rel_key is not None:
+        _check_table("rel_key", rel_key, kmax, d, q.dtype)
+    if rel_value is not None:
+        _check_table("rel_value", rel_value, kmax, d, q.dtype)
+
+    idx = shaw_relative_index(Lq, Lk, max_relative_position=kmax,
+                              query_offset=query_offset, device=q.device)  # (Lq, Lk)
+    logits = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk), content term q_i . k_j
+    if rel_key is not None:
+        a_k = rel_key[idx]  # (Lq, Lk, d)
+        logits = logits + torch.einsum("bhid,ijd->bhij", q, a_k)  # (B, H, Lq, Lk)
+    logits = logits / math.sqrt(d)
+    if causal:
+        rel = relative_offsets(Lq, Lk, query_offset=query_offset, device=q.device)  # (Lq, Lk), j - i
+        logits = logits.masked_fill(rel > 0, float("-inf"))  # future keys out
+    probs = torch.softmax(logits, dim=-1)  # (B, H, Lq, Lk)
+    out = probs @ v  # (B, H, Lq, d)
+    if rel_value is not None:
+        a_v = rel_value[idx]  # (Lq, Lk, d)
+        out = out + torch.einsum("bhij,ijd->bhid", probs, a_v)  # (B, H, Lq, d)
+    return out
+
+
+@dataclass
+class ShawConfig:
+    d_model: int = 64
+    num_heads: int = 4
+    max_relative_position: int = 16
+    use_key: bool = True
+    use_value: bool = True
+    causal: bool = False
+
+    def __post_init__(self):
+        check_positive_int("d_model", self.d_model)
+        check_positive_int("num_heads", self.num_heads)
+        check_positive_int("max_relative_position", self.max_relative_position)
+        if self.d_model % self.num_heads != 0:
+            raise ValueError(
+                f"d_model must be divisible by num_heads, got d_model={self.d_model}, num_heads={self.num_heads}"
+            )
+        check_choice("use_key", self.use_key, (False, True))
+        check_choice("use_value", self.use_value, (False, True))
+        check_choice("causal", self.causal, (False, True))
+
+
+class ShawSelfAttention(nn.Module):
+    """Multi-head self-attention with Shaw's key and value tables (``key_minus_query``).
+
+    forward(x (B, L, d_model)) -> (B, L, d_model). The tables (2k + 1, d_head) are
+    shared across heads, as in the paper; a disabled table is ``None``.
+    """
+
+    def __init__(self, config: ShawConfig):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_heads
+        self.head_dim = config.d_model // config.num_heads
+        self.q_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = nn.Linear(config.d_model, config.d_model)
+        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.o_proj = nn.Linear(config.d_model, config.d_model)
+        rows = 2 * config.max_relative_position + 1
+        self.rel_key = nn.Parameter(torch.randn(rows, self.head_dim) * 0.02) if config.use_key else None
+        self.rel_value = nn.Parameter(torch.randn(rows, self.head_dim) * 0.02) if config.use_value else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x, ndim=3, floating=True, shape={2: self.config.d_model})
+        B, L, _ = x.shape
+        H, hd = self.num_heads, self.head_dim
+        q = self.q_proj(x).view(B, L, H, hd).transpose(1, 2)  # (B, H, L, hd)
+        k = self.k_proj(x).view(B, L, H, hd).transpose(1, 2)  # (B, H, L, hd)
+        v = self.v_proj(x).view(B, L, H, hd).transpose(1, 2)  # (B, H, L, hd)
+        y = shaw_attention(q, k, v, rel_key=self.rel_key, rel_value=self.rel_value,
+                           max_relative_position=self.config.max_relative_position,
+                           causal=self.config.causal)  # (B, H, L, hd)
+        y = y.transpose(1, 2).reshape(B, L, H * hd)  # (B, L, d_model)
+        return self.o_proj(y)  # (B, L, d_model)
