@@ -120,3 +120,11 @@ def test_library_imports_without_plotly_or_ipywidgets():
         "    raise AssertionError('heatmap without plotly must raise ImportError')\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_line_chart():
+    fig = rp.figures.line([1, 2, 4], {"a": [1, 2, 3], "b": torch.tensor([3, 2, 1])}, x_label="L", y_label="bytes", log_x=True)
+    assert [t.name for t in fig.data] == ["a", "b"] and list(fig.data[1].y) == [3, 2, 1]
+    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "L"
+    with pytest.raises(ValueError, match="series"):
+        rp.figures.line([1, 2], {"a": [1]}, x_label="L", y_label="y")

@@ -3,6 +3,7 @@
 plotly and ipywidgets are imported on first use, not when relpos_core is imported.
 """
 from .heatmap import heatmap
+from .lines import line
 from .slider import SliderFigure, slider
 
-__all__ = ["heatmap", "slider", "SliderFigure"]
+__all__ = ["heatmap", "line", "slider", "SliderFigure"]

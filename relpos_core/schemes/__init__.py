@@ -1,10 +1,22 @@
-"""What each scheme computes: one module per scheme (see CONTRIBUTING.md)."""
-import importlib
+"""What each scheme computes: one module per scheme (see CONTRIBUTING.md).
 
-_MODULES = ("absolute", "shaw", "music_transformer", "transformer_xl", "t5", "deberta", "alibi", "rope", "conventions")
+``SIGN_CONVENTIONS`` lists every scheme's offset convention (``key_minus_query`` = j - i,
+``query_minus_key`` = i - j) and what a positive offset means.
+"""
+from . import absolute, alibi, conventions, deberta, music_transformer, rope, shaw, t5, transformer_xl
+from .conventions import SIGN_CONVENTIONS, conventions_table_markdown, sign_convention
 
-
-def __getattr__(name):  # TEMPORARY during development; replaced by explicit imports
-    if name in _MODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(name)
+__all__ = [
+    "absolute",
+    "alibi",
+    "conventions",
+    "deberta",
+    "music_transformer",
+    "rope",
+    "shaw",
+    "t5",
+    "transformer_xl",
+    "SIGN_CONVENTIONS",
+    "conventions_table_markdown",
+    "sign_convention",
+]

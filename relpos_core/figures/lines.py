@@ -1,0 +1,56 @@
+"""Line charts: a quantity as a function of L, k, buckets (bytes, time, bucket ids)."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ._plotly import plotly_modules
+
+
+def _as_list(name: str, values) -> list:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().tolist()
+    values = list(np.asarray(values).tolist())
+    if not values:
+        raise ValueError(f"{name} must hold at least one value, got an empty sequence")
+    return values
+
+
+def line(
+    x: Sequence,
+    series: Mapping[str, Sequence],
+    *,
+    x_label: str,
+    y_label: str,
+    title: str | None = None,
+    log_x: bool = False,
+    log_y: bool = False,
+    mode: str = "lines+markers",
+    shape: str = "linear",
+    height: int = 420,
+):
+    """One line per entry of ``series`` (name -> y values, one per x), as a plotly figure.
+
+    ``shape="hv"`` draws steps (bucket functions); ``log_x`` / ``log_y`` use log axes.
+    """
+    go, _ = plotly_modules()
+    xs = _as_list("x", x)
+    if not series:
+        raise ValueError("series must name at least one line, got an empty mapping")
+    fig = go.Figure()
+    for name, ys in series.items():
+        ys = _as_list(f"series[{name!r}]", ys)
+        if len(ys) != len(xs):
+            raise ValueError(f"series[{name!r}] must have one value per x ({len(xs)}), got {len(ys)}")
+        fig.add_trace(go.Scatter(x=xs, y=ys, name=str(name), mode=mode, line=dict(shape=shape)))
+    fig.update_layout(
+        title=title,
+        height=height,
+        xaxis=dict(title=x_label, type="log" if log_x else "linear"),
+        yaxis=dict(title=y_label, type="log" if log_y else "linear"),
+        margin=dict(l=70, r=20, t=60 if title else 30, b=60),
+        legend=dict(orientation="h", y=-0.25),
+    )
+    return fig
