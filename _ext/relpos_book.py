@@ -1,15 +1,27 @@
-"""Sphinx extension for the relpos book: ship plotly.js once, from the plotly package.
+"""Sphinx extension for the relpos book: ship plotly.js and MathJax with the book.
 
-Every figure output calls ``window.Plotly`` (see ``relpos_core/figures/_plotly.py``),
-so the book loads ``_static/plotly.min.js`` on every page: one copy for the whole
-book, the version that the executing plotly package expects, no CDN.
+* Every figure output calls ``window.Plotly`` (see ``relpos_core/figures/_plotly.py``),
+  so the book loads ``_static/plotly.min.js`` on every page: one copy for the whole
+  book, the version that the executing plotly package expects, no CDN.
+* Math is typeset by MathJax 3 from ``_static/mathjax/`` (copied from the pinned
+  ``django-static-mathjax`` wheel, which is only a carrier of MathJax's files), so the
+  book reads the same offline. Without that package the build warns and falls back
+  to Sphinx's default MathJax from a CDN.
 """
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
 PLOTLY_JS = "plotly.min.js"
+MATHJAX_DIR = "mathjax"
+MATHJAX_ENTRY = "tex-chtml.js"
+# MathJax's es5 tree minus what a tex-chtml page never loads (speech maps, other bundles)
+MATHJAX_SKIP = ("sre", "tex-svg", "tex-mml", "mml-", "tex-chtml-full", "output/svg")
 
 
 def _plotly_js_source() -> Path:
@@ -21,16 +33,44 @@ def _plotly_js_source() -> Path:
     return source
 
 
-def _copy_plotly_js(app, exception) -> None:
+def _mathjax_source() -> Path | None:
+    try:
+        import mathjax  # the django-static-mathjax distribution
+    except ImportError:
+        return None
+    source = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
+    return source if (source / MATHJAX_ENTRY).is_file() else None
+
+
+def _use_local_mathjax(app, config) -> None:
+    if _mathjax_source() is None:
+        logger.warning(
+            "django-static-mathjax is not installed: math is typeset by MathJax from a CDN "
+            "(pip install -r requirements.txt ships it with the book)"
+        )
+        return
+    config.mathjax_path = f"{MATHJAX_DIR}/{MATHJAX_ENTRY}"
+
+
+def _copy_assets(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
     static = Path(app.outdir) / "_static"
     static.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(_plotly_js_source(), static / PLOTLY_JS)
+    source = _mathjax_source()
+    if source is not None:
+        for path in source.rglob("*"):
+            relative = path.relative_to(source).as_posix()
+            if path.is_file() and not relative.startswith(MATHJAX_SKIP):
+                target = static / MATHJAX_DIR / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
 
 
 def setup(app):
     _plotly_js_source()  # fail at start-up, not with a blank figure, if plotly is absent
     app.add_js_file(PLOTLY_JS)
-    app.connect("build-finished", _copy_plotly_js)
+    app.connect("config-inited", _use_local_mathjax)
+    app.connect("build-finished", _copy_assets)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -10,7 +10,8 @@ times drift from machine to machine. A path the memory guard refuses, or one tha
 fails, is recorded as skipped / error with the reason, never dropped.
 
 A separate "Shaw key term" section repeats the H200 anchors' recipe (one head, fp32,
-k = 64 on the GPU preset): the naive [L, L, d] gather against q @ a_K^T + gather.
+d = 64) and sweeps the clip distance k: the naive [L, L, d] gather, q @ a_K^T + gather,
+and the skew. The main sweep varies L at the preset's k, T5 buckets and DeBERTa span.
 
 Presets: ``tiny`` (tests), ``cpu`` (default without CUDA, about a minute on 2 cores
 including FlexAttention compiles), ``gpu`` (``--gpu``: L up to 16384, B=1, H=16, d=64,
@@ -45,13 +46,13 @@ PRESETS = {
     # shapes shared with tests/test_kernels_flex.py so compiled kernels are reused in one pytest run
     "tiny": dict(B=2, H=2, d=16, lengths=[32], shaw_k=4, t5_buckets=8, t5_max_distance=16, deberta_span=4,
                  dtype="float32", budget=None, warmup=1, iters=2,
-                 anchor=dict(H=1, d=16, k=4, dtype="float32", lengths=[32])),
+                 anchor=dict(H=1, d=16, ks=[4], dtype="float32", lengths=[32])),
     "cpu": dict(B=1, H=4, d=32, lengths=[128, 256], shaw_k=16, t5_buckets=32, t5_max_distance=128,
                 deberta_span=64, dtype="float32", budget=256 * 2**20, warmup=1, iters=3,
-                anchor=dict(H=1, d=64, k=64, dtype="float32", lengths=[256, 512])),
+                anchor=dict(H=1, d=64, ks=[16, 64], dtype="float32", lengths=[256, 512])),
     "gpu": dict(B=1, H=16, d=64, lengths=[1024, 4096, 16384], shaw_k=64, t5_buckets=32, t5_max_distance=128,
                 deberta_span=256, dtype="bfloat16", budget=20 * 2**30, warmup=3, iters=10,
-                anchor=dict(H=1, d=64, k=64, dtype="float32", lengths=[2048, 4096])),
+                anchor=dict(H=1, d=64, ks=[16, 64, 256], dtype="float32", lengths=[2048, 4096])),
 }
 
 # (scheme, path): every pair the library implements. "t5_train" is forward + backward with a learnable table.
@@ -214,33 +215,35 @@ def run_benchmark(preset: str = "cpu", *, device=None, lengths=None, budget="pre
     device = torch.device(device if device is not None else ("cuda" if preset == "gpu" else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device is cuda but torch.cuda.is_available() is False; use --preset cpu")
-    if lengths is not None:
+    if lengths is not None:  # overrides both the main sweep and the Shaw key-term section
         p["lengths"] = [int(L) for L in lengths]
+        p["anchor"] = dict(p["anchor"], lengths=list(p["lengths"]))
     dtype = getattr(torch, p["dtype"])
     limit = p["budget"] if budget == "preset" else budget
     results = []
-    cases = [(L, s, pa) for L in p["lengths"] for s, pa in CASES]
+    cases = [(L, s, pa, p["shaw_k"]) for L in p["lengths"] for s, pa in CASES]
     a = p["anchor"]
-    anchor_cases = [(L, s, pa) for L in a["lengths"] for s, pa in ANCHOR_CASES]
+    anchor_cases = [(L, s, pa, kk) for L in a["lengths"] for kk in a["ks"] for s, pa in ANCHOR_CASES]
     items = cases + anchor_cases
     it = _progress(items, f"relpos bench ({preset}, {device.type})") if progress else items
     cache = {}
     with guard.memory_budget(limit), torch.no_grad():
-        for L, scheme, path in it:
+        for L, scheme, path, kk in it:
             anchor = scheme == "shaw_key_term"
-            q_p = dict(p, B=1, H=a["H"], d=a["d"], shaw_k=a["k"]) if anchor else p
+            q_p = dict(p, B=1, H=a["H"], d=a["d"], shaw_k=kk) if anchor else p
             dt = getattr(torch, a["dtype"]) if anchor else dtype
-            key = (anchor, L)
+            key = (anchor, L, kk)
             if key not in cache:
                 cache.clear()
                 cache[key] = _inputs(q_p, L, device, dt)
             x = cache[key]
-            rec = dict(L=L, scheme=scheme, path=path, B=q_p["B"], H=q_p["H"], d=q_p["d"], dtype=str(dt).replace("torch.", ""),
+            rec = dict(L=L, scheme=scheme, path=path, B=q_p["B"], H=q_p["H"], d=q_p["d"], k=q_p["shaw_k"],
+                       dtype=str(dt).replace("torch.", ""),
                        analytic_bytes=_analytic(scheme, path, q_p, L, dt), note=_note(scheme, path, device))
             try:
                 if anchor:
                     mod = {"naive": naive, "gather": gather, "skew": skew}[path]
-                    fn = (lambda mod=mod, x=x: mod.shaw_key_logits(x["q"], x["rel_key"], max_relative_position=a["k"]))
+                    fn = (lambda mod=mod, x=x, kk=kk: mod.shaw_key_logits(x["q"], x["rel_key"], max_relative_position=kk))
                 else:
                     fn = _callable(scheme, path, x, q_p, device)
                 ms, peak, backend = _run_case(fn, device, p, needs_backend=path in ("sdpa", "sdpa_bias"))
@@ -261,12 +264,12 @@ def _add_ratios(results):
     for r in results:
         if r["scheme"] == "none" and r["status"] == "ok":
             base[(r["L"], r["path"])] = r["ms"]
-    by_gather = {r["L"]: r["ms"] for r in results
+    by_gather = {(r["L"], r["k"]): r["ms"] for r in results
                  if r["scheme"] == "shaw_key_term" and r["path"] == "gather" and r["status"] == "ok"}
     for r in results:
         ok = r["status"] == "ok"
         if r["scheme"] == "shaw_key_term":
-            g = by_gather.get(r["L"])
+            g = by_gather.get((r["L"], r["k"]))
             r["x_gather"] = r["ms"] / g if ok and g else None
             r["x_flex_none"] = r["x_sdpa_none"] = None
             r["ratio_note"] = "different shapes from the main sweep: compared with the gather path"
@@ -294,7 +297,7 @@ def _fmt_bytes(n):
 
 def format_table(result: dict) -> str:
     """Plain-text table of every record (ratios from this one run)."""
-    head = f"{'L':>6} {'scheme':<15} {'path':<10} {'status':<8} {'ms':>9} {'x flex0':>8} {'x sdpa0':>8} " \
+    head = f"{'L':>6} {'k':>4} {'scheme':<15} {'path':<10} {'status':<8} {'ms':>9} {'x flex0':>8} {'x sdpa0':>8} " \
            f"{'peak':>10} {'analytic':>10} {'backend':<8}"
     lines = [head, "-" * len(head)]
     for r in result["results"]:
@@ -302,7 +305,7 @@ def format_table(result: dict) -> str:
             return "-" if v is None else f.format(v)
         ratio_f = r.get("x_flex_none")
         ratio_s = r.get("x_sdpa_none") if r["scheme"] != "shaw_key_term" else r.get("x_gather")
-        lines.append(f"{r['L']:>6} {r['scheme']:<15} {r['path']:<10} {r['status']:<8} {num(r.get('ms'), '{:.3f}'):>9} "
+        lines.append(f"{r['L']:>6} {r['k']:>4} {r['scheme']:<15} {r['path']:<10} {r['status']:<8} {num(r.get('ms'), '{:.3f}'):>9} "
                      f"{num(ratio_f):>8} {num(ratio_s):>8} {_fmt_bytes(r.get('peak_bytes')):>10} "
                      f"{_fmt_bytes(r.get('analytic_bytes')):>10} {str(r.get('backend') or '-'):<8}")
         if r["status"] != "ok":

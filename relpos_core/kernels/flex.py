@@ -18,7 +18,9 @@ only small tables, so no [L, L] tensor exists:
   (b) + (d) from (q + v) . r_m, one row per relative distance (per query: this one is
   still [Lq, Lk] in size; see the module notes in the book).
 
-All run through one shared ``torch.compile(flex_attention)``; a new closure of the same
+Tables read by a score_mod are fp32 whatever the q/k/v dtype (the anchors: a bf16 T5
+table made the kernel 35x slower than an fp32 one). All run through one shared
+``torch.compile(flex_attention)``; a new closure of the same
 factory at the same shapes reuses the compiled kernel. In torch 2.13 a 4-D table indexed
 with ``clamp`` in the score_mod hits an inductor C++ codegen error on CPU, so the
 per-query tables are indexed as 2-D [B * H * L, columns] (same values).
@@ -332,7 +334,7 @@ def shaw_key_attention(q, k, v, *, rel_key, max_relative_position: int, causal: 
     if _needs_cpu_fallback(q, (q, k, v, rel_key), "flex.shaw_key_attention"):
         return sdpa_bias.shaw_key_attention(q, k, v, rel_key=rel_key, max_relative_position=kmax, causal=causal)
     scale = 1.0 / math.sqrt(d)
-    qa = (q @ rel_key.transpose(0, 1)) * scale  # (B, H, Lq, 2k + 1), pre-scaled
+    qa = (q.float() @ rel_key.float().transpose(0, 1)) * scale  # (B, H, Lq, 2k + 1) fp32, pre-scaled
     mod = generate_shaw_key_score_mod(qa.reshape(B * H * Lq, 2 * kmax + 1), max_relative_position=kmax,
                                       num_heads=H, query_len=Lq, causal=causal)
     return flex_attention_call(q, k, v, mod, scale=scale, compiled=compiled)
@@ -350,14 +352,18 @@ def deberta_attention(q, k, v, pos_key, pos_query, *, att_span: int, relative_po
     S = check_positive_int("att_span", att_span)
     for name, t in (("pos_key", pos_key), ("pos_query", pos_query)):
         check_tensor(name, t, ndim=3, floating=True, dtype=q.dtype, shape={0: H, 1: 2 * S, 2: d})
-    rel = naive._deberta_rel(relative_pos, Lq, Lk, q.device)  # (Lq, Lk) i - j
+    if relative_pos is not None:
+        check_tensor("relative_pos", relative_pos, ndim=2, floating=False, shape={0: Lq, 1: Lk})
     if _needs_cpu_fallback(q, (q, k, v, pos_key, pos_query), "flex.deberta_attention"):
-        return sdpa_bias.deberta_attention(q, k, v, pos_key, pos_query, att_span=S, relative_pos=rel)
-    rel_of_offset = _rel_by_offset(rel, Lq, Lk)  # (Lq + Lk - 1,) rel at offsets -(Lk-1) .. Lq-1
+        return sdpa_bias.deberta_attention(q, k, v, pos_key, pos_query, att_span=S, relative_pos=relative_pos)
+    if relative_pos is None:  # unbucketed: the offset itself, no [Lq, Lk] tensor at all
+        rel_of_offset = torch.arange(-(Lk - 1), Lq, device=q.device)  # (Lq + Lk - 1,) i - j
+    else:
+        rel_of_offset = _rel_by_offset(relative_pos.to(q.device), Lq, Lk)  # (Lq + Lk - 1,) at offsets -(Lk-1) .. Lq-1
     offset_index = (rel_of_offset + S).clamp(0, 2 * S - 1)  # (Lq + Lk - 1,) table column
     scale = 1.0 / math.sqrt(3 * d)
-    c2p_table = (q @ pos_key.transpose(-1, -2)) * scale  # (B, H, Lq, 2S)
-    p2c_table = (k @ pos_query.transpose(-1, -2)) * scale  # (B, H, Lk, 2S)
+    c2p_table = (q.float() @ pos_key.float().transpose(-1, -2)) * scale  # (B, H, Lq, 2S) fp32
+    p2c_table = (k.float() @ pos_query.float().transpose(-1, -2)) * scale  # (B, H, Lk, 2S) fp32
     mod = generate_deberta_score_mod(c2p_table.reshape(B * H * Lq, 2 * S), p2c_table.reshape(B * H * Lk, 2 * S),
                                      offset_index, num_heads=H, query_len=Lq, key_len=Lk)
     return flex_attention_call(q, k, v, mod, scale=scale, compiled=compiled, kernel_options=kernel_options)
@@ -388,6 +394,6 @@ def transformer_xl_attention(q, k, v, r_k, u, v_bias, *, compiled: bool = True) 
     if _needs_cpu_fallback(q, (q, k, v, r_k, u, v_bias), "flex.transformer_xl_attention"):
         return sdpa_bias.transformer_xl_attention(q, k, v, r_k, u, v_bias)
     scale = 1.0 / math.sqrt(d)
-    bd = ((q + v_bias[None, :, None, :]) @ r_k.transpose(-2, -1)) * scale  # (B, H, Lq, Lk) per relative row
+    bd = ((q + v_bias[None, :, None, :]).float() @ r_k.float().transpose(-2, -1)) * scale  # (B, H, Lq, Lk) fp32
     mod = generate_transformer_xl_score_mod(bd.reshape(B * H * Lq, Lk), num_heads=H, query_len=Lq, key_len=Lk)
     return flex_attention_call(q + u[None, :, None, :], k, v, mod, scale=scale, compiled=compiled)

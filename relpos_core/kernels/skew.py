@@ -21,6 +21,8 @@ import torch
 
 from relpos_core._validate import check_choice, check_positive_int, check_tensor
 from relpos_core.kernels.naive import _check_shaw_table, _guard_dense, check_qkv
+from relpos_core.measure.analytic import analytic_bytes
+from relpos_core.measure.guard import check_memory
 
 __all__ = ["relative_logits", "shaw_key_logits", "shaw_attention", "transformer_xl_position_logits"]
 
@@ -42,7 +44,11 @@ def relative_logits(q, rel_emb, *, causal: bool) -> torch.Tensor:
             f"rel_emb must have {'L' if causal else '2L - 1'} = {want} rows for the {'causal' if causal else 'bidirectional'} "
             f"skew at sequence length L = {L} (one row per distance), got {rel_emb.shape[0]} rows; "
             f"for a clipped table use shaw_key_logits, for Lq != Lk use the gather path")
-    _guard_dense("skew relative logits", 2 * math.prod(q.shape[:-2]), 1, L, L, q.dtype, "shaw", d=d)
+    lead = math.prod(q.shape[:-2])
+    need = analytic_bytes("skew", "shaw", 1, lead, L, L, d, 1, q.dtype)  # qe and its padded copy
+    check_memory(need, what="skew relative logits", shape=(*q.shape[:-2], L, 2 * L - 1), dtype=q.dtype,
+                 alternative="the FlexAttention path (relpos_core.kernels.flex.shaw_key_attention)",
+                 alternative_bytes=analytic_bytes("flex", "shaw", 1, lead, L, L, d, L, q.dtype))
     from relpos_core.schemes import music_transformer as mt
 
     if causal:

@@ -13,7 +13,8 @@ and reuse the index across layers to pay it once).
 
 ``k`` is the scheme's distance parameter: Shaw's clip distance ``max_relative_position``,
 DeBERTa's ``att_span`` (tables of 2k rows), T5's ``max_distance`` (the clamped table has
-2k + 1 entries). Integer index tensors are int64 (8 bytes).
+2k + 1 entries). Integer index tensors are int64 (8 bytes); tables a FlexAttention
+score_mod reads are fp32 (4 bytes) whatever ``dtype`` is.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def _counts(B, H, Lq, Lk, d, k, es):
         ("gather", "shaw"): (BH * Lq * (2 * k + 1) + BH * LL) * es + LL * _INT,  # q @ a_K^T, logits, index
         ("skew", "shaw"): (R * d + BH * Lq * R + BH * Lq * (R + 1)) * es,  # E (2L-1, d), qe, padded qe
         ("sdpa_bias", "shaw"): (BH * Lq * (2 * k + 1) + BH * LL) * es + LL * _INT,  # gathered logits as attn_mask
-        ("flex", "shaw"): BH * Lq * (2 * k + 1) * es,  # only q @ a_K^T
+        ("flex", "shaw"): BH * Lq * (2 * k + 1) * 4,  # only q @ a_K^T, fp32
         # T5 buckets
         ("naive", "t5"): LL * _INT + H * LL * es,  # [Lq, Lk] bucket ids + dense bias
         ("gather", "t5"): R * _INT + H * R * es + H * LL * es,  # per-offset ids and table, dense bias
@@ -62,11 +63,11 @@ def _counts(B, H, Lq, Lk, d, k, es):
         # DeBERTa c2p + p2c
         ("naive", "deberta"): BH * (Lq + Lk) * 2 * k * es + LL * _INT + 2 * BH * LL * es,
         ("sdpa_bias", "deberta"): BH * (Lq + Lk) * 2 * k * es + LL * _INT + 3 * BH * LL * es,
-        ("flex", "deberta"): BH * (Lq + Lk) * 2 * k * es + R * _INT,
+        ("flex", "deberta"): BH * (Lq + Lk) * 2 * k * 4 + R * _INT,  # fp32 c2p / p2c tables
         # Transformer-XL terms (b) + (d)
         ("naive", "transformer_xl"): 4 * BH * LL * es,  # q @ r^T, v @ r^T and their rel_shift pads
         ("sdpa_bias", "transformer_xl"): 3 * BH * LL * es,  # (q + v) @ r^T, its shift, the masked bias
-        ("flex", "transformer_xl"): BH * LL * es,  # per-query, per-relative-row table (q + v) @ r^T
+        ("flex", "transformer_xl"): BH * LL * 4,  # per-query, per-relative-row fp32 table (q + v) @ r^T
     }
 
 

@@ -19,9 +19,8 @@ import pytest
 from .conftest import HTML, ROOT
 
 # Optional assets from CDNs: blocked during the check, so the page must work without them.
-OPTIONAL_CDN_PREFIXES = (
-    "https://cdn.jsdelivr.net/npm/mathjax@",  # Sphinx's MathJax: math shows as TeX without it
-)
+# None at present: plotly.js and MathJax ship with the book (_ext/relpos_book.py).
+OPTIONAL_CDN_PREFIXES: tuple[str, ...] = ()
 
 PAGES = sorted(
     p.relative_to(HTML).as_posix()
@@ -82,6 +81,11 @@ def test_page(browser, book_url, page):
             "n => document.querySelectorAll('.plotly-graph-div .main-svg').length >= n && "
             "Array.from(document.querySelectorAll('.plotly-graph-div')).every(d => d.querySelector('svg.main-svg'))",
             arg=figures,
+            timeout=30_000,
+        )
+    if tab.locator(".math").count():  # MathJax (shipped in _static) typesets every formula
+        tab.wait_for_function(
+            "() => document.querySelectorAll('.math').length === document.querySelectorAll('.math mjx-container').length",
             timeout=30_000,
         )
     divs = tab.eval_on_selector_all(".plotly-graph-div", "ds => ds.map(d => !!d.querySelector('svg.main-svg'))")
