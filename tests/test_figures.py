@@ -105,12 +105,14 @@ def test_plain_figures_render_through_the_book_renderer():
     assert pio.renderers.default == "relpos"
 
 
-def test_library_imports_without_plotly_or_ipywidgets():
+def test_library_imports_with_only_torch_numpy_matplotlib():
     code = (
         "import sys\n"
-        "for name in ('plotly', 'ipywidgets', 'IPython'):\n"
+        "for name in ('plotly', 'ipywidgets', 'IPython', 'tqdm', 'transformers'):\n"
         "    sys.modules[name] = None  # make the import fail, as on a bare GPU machine\n"
         "import relpos_core as rp\n"
+        "import relpos_core.bench  # the benchmark too: tqdm is optional\n"
+        "assert rp.kernels.flex and rp.measure.analytic_bytes\n"
         "assert rp.relative_offsets(3).shape == (3, 3)\n"
         "try:\n"
         "    rp.figures.heatmap(rp.relative_offsets(3))\n"

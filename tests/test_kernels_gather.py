@@ -9,7 +9,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-from relpos_core.kernels import gather
+from relpos_core.kernels import gather, naive
 from relpos_core.schemes import shaw, t5
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -80,3 +80,21 @@ def test_bad_input_raises_value_error(call, param):
     q = torch.randn(1, 2, 6, 8)
     with pytest.raises(ValueError, match=param):
         call(q)
+
+
+def test_precomputed_index_is_the_schemes_index_and_gives_the_same_logits():
+    L, k = 12, 3
+    index = gather.shaw_gather_index(L, max_relative_position=k)
+    assert torch.equal(index, shaw.shaw_relative_index(L, L, max_relative_position=k))
+    q, rk = torch.randn(2, 3, L, 8), torch.randn(2 * k + 1, 8)
+    for mod in (gather, naive):
+        torch.testing.assert_close(
+            mod.shaw_key_logits(q, rk, max_relative_position=k, index=index),
+            mod.shaw_key_logits(q, rk, max_relative_position=k),
+        )
+
+
+@pytest.mark.parametrize("index", [torch.zeros(5, 5, dtype=torch.int64), torch.zeros(6, 6, dtype=torch.int32)])
+def test_bad_precomputed_index_is_named(index):
+    with pytest.raises(ValueError, match="index"):
+        gather.shaw_key_logits(torch.randn(1, 1, 6, 4), torch.randn(5, 4), max_relative_position=2, index=index)

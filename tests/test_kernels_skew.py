@@ -1,7 +1,6 @@
 """Skew kernel path == the scheme references (float64), fp32 tolerance 1e-5."""
 from __future__ import annotations
 
-import math
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

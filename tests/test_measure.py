@@ -36,10 +36,13 @@ def test_cpu_peak_is_measured_not_assumed():
 def test_cpu_naive_shaw_measured_agrees_with_analytic():
     L, d, k = 128, 32, 8
     q, rk = torch.randn(1, 1, L, d), torch.randn(2 * k + 1, d)
+    index = gather.shaw_gather_index(L, max_relative_position=k)  # shared by layers: built outside the call
     for mod, path in ((naive, "naive"), (gather, "gather")):
-        measured = measure_peak_memory(mod.shaw_key_logits, q, rk, max_relative_position=k)
+        measured = measure_peak_memory(mod.shaw_key_logits, q, rk, max_relative_position=k, index=index)
         want = analytic_bytes(path, "shaw", 1, 1, L, L, d, k, torch.float32)
         assert 0.5 * want <= measured <= 2.5 * want, (path, measured, want)
+        own_index = measure_peak_memory(mod.shaw_key_logits, q, rk, max_relative_position=k)
+        assert own_index - measured == L * L * analytic.SHAW_INDEX_BYTES_PER_PAIR  # the index it built
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA allocator stats need a GPU")
@@ -47,9 +50,10 @@ def test_cuda_naive_shaw_measured_within_10_percent_of_analytic():
     L, d, k = 2048, 64, 64
     q, rk = torch.randn(1, 1, L, d, device="cuda"), torch.randn(2 * k + 1, d, device="cuda")
     with memory_budget(None):
+        index = gather.shaw_gather_index(L, max_relative_position=k, device="cuda")
         for mod, path in ((naive, "naive"), (gather, "gather")):
-            mod.shaw_key_logits(q, rk, max_relative_position=k)  # warm-up: cuBLAS workspace is not the path's
-            measured = measure_peak_memory(mod.shaw_key_logits, q, rk, max_relative_position=k)
+            mod.shaw_key_logits(q, rk, max_relative_position=k, index=index)  # warm-up: cuBLAS workspace
+            measured = measure_peak_memory(mod.shaw_key_logits, q, rk, max_relative_position=k, index=index)
             want = analytic_bytes(path, "shaw", 1, 1, L, L, d, k, torch.float32)
             assert abs(measured - want) <= 0.10 * want, (path, measured, want)
 
@@ -57,13 +61,11 @@ def test_cuda_naive_shaw_measured_within_10_percent_of_analytic():
 def test_analytic_bytes_reproduce_the_anchor_figures():
     """H200 anchors (measured): naive Shaw 4160 MiB vs gather 66 MiB (L=4096, one head, d=64, k=64,
     fp32), 1040 vs 17 MiB at L=2048; the seed: a 16-head fp32 bias at L=16384 is about 17 GB.
-    Our counts add the int64 [L, L] index torch.gather needs (L * L * 8 bytes)."""
+    The int64 [L, L] gather index is shared by layers and built outside the call, as there."""
     for L, naive_mib, gather_mib in ((4096, 4160, 66), (2048, 1040, 17)):
-        index = L * L * 8
         n = analytic_bytes("naive", "shaw", 1, 1, L, L, 64, 64, torch.float32)
         g = analytic_bytes("gather", "shaw", 1, 1, L, L, 64, 64, torch.float32)
-        assert abs(n - naive_mib * MiB) <= 0.05 * naive_mib * MiB  # within 5% of the measured anchor
-        assert round((n - index) / MiB) == naive_mib and round((g - index) / MiB) == gather_mib
+        assert round(n / MiB) == naive_mib and round(g / MiB) == gather_mib
     dense = analytic_bytes("sdpa_bias", "t5", 1, 16, 16384, 16384, 64, 128, torch.float32)
     assert 16 * GiB <= dense < 16.1 * GiB and round(16 * GiB / 1e9) == 17
     assert analytic_bytes("flex", "alibi", 1, 16, 16384, 16384, 64, 1, torch.float32) == 64

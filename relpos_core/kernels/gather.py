@@ -23,6 +23,7 @@ from relpos_core._validate import check_choice, check_positive_int, check_tensor
 from relpos_core.kernels.naive import _check_shaw_table, _guard_dense, attention_with_bias, check_qkv
 
 __all__ = [
+    "shaw_gather_index",
     "shaw_key_logits",
     "shaw_value_output",
     "shaw_attention",
@@ -32,18 +33,37 @@ __all__ = [
 ]
 
 
-def _shaw_index(Lq, Lk, kmax, device):
-    """clip(j - i, -k, k) + k as one int64 (Lq, Lk) tensor built in place (the values of
-    ``schemes.shaw.shaw_relative_index``, without its temporaries). torch.gather needs
-    int64, so this index (8 bytes per pair, shared by batch and heads) is part of the cost."""
+def shaw_gather_index(query_len: int, key_len: int | None = None, *, max_relative_position: int,
+                      device=None) -> torch.Tensor:
+    """clip(j - i, -k, k) + k as one int64 (Lq, Lk) tensor, built in place.
+
+    The values of ``schemes.shaw.shaw_relative_index`` without its temporaries.
+    ``torch.gather`` needs int64, so this index costs 8 bytes per pair; it depends only on
+    (Lq, Lk, k), so a model builds it once per forward pass and shares it across batch,
+    heads and layers: pass it as ``index=`` to the Shaw paths. Sign convention:
+    ``key_minus_query``.
+    """
+    Lq = check_positive_int("query_len", query_len)
+    Lk = Lq if key_len is None else check_positive_int("key_len", key_len)
+    kmax = check_positive_int("max_relative_position", max_relative_position)
     idx = torch.arange(Lk, device=device)[None, :] - torch.arange(Lq, device=device)[:, None]  # (Lq, Lk) j - i
     return idx.clamp_(-kmax, kmax).add_(kmax)  # (Lq, Lk) in [0, 2k]
 
 
-def shaw_key_logits(q, rel_key, *, max_relative_position: int, key_len: int | None = None) -> torch.Tensor:
+def check_shaw_index(index, Lq: int, Lk: int, kmax: int, device) -> torch.Tensor:
+    """A precomputed ``index`` (see ``shaw_gather_index``), or a fresh one when None."""
+    if index is None:
+        return shaw_gather_index(Lq, Lk, max_relative_position=kmax, device=device)
+    check_tensor("index", index, ndim=2, dtype=torch.int64, shape={0: Lq, 1: Lk})
+    return index
+
+
+def shaw_key_logits(q, rel_key, *, max_relative_position: int, key_len: int | None = None,
+                    index: torch.Tensor | None = None) -> torch.Tensor:
     """Unscaled q_i . a_K[clip(j - i, -k, k) + k] via q @ a_K^T -> [Lq, 2k + 1], then gather.
 
-    Sign convention: ``key_minus_query`` (j - i). q (B, H, Lq, d), rel_key (2k + 1, d).
+    Sign convention: ``key_minus_query`` (j - i). q (B, H, Lq, d), rel_key (2k + 1, d),
+    ``index`` an optional precomputed ``shaw_gather_index(Lq, Lk, ...)``.
     Returns (B, H, Lq, Lk), Lk = ``key_len`` (default Lq).
     """
     check_tensor("q", q, ndim=4, floating=True)
@@ -52,12 +72,13 @@ def shaw_key_logits(q, rel_key, *, max_relative_position: int, key_len: int | No
     Lk = Lq if key_len is None else check_positive_int("key_len", key_len)
     _check_shaw_table("rel_key", rel_key, kmax, d, q.dtype)
     _guard_dense("gather Shaw relative logits", B, H, Lq, Lk, q.dtype, "shaw", k=kmax, d=d)
+    idx = check_shaw_index(index, Lq, Lk, kmax, q.device)  # (Lq, Lk)
     qa = q @ rel_key.transpose(0, 1)  # (B, H, Lq, 2k + 1): q_i against every clipped offset
-    idx = _shaw_index(Lq, Lk, kmax, q.device)  # (Lq, Lk)
     return torch.gather(qa, -1, idx.expand(B, H, Lq, Lk))  # (B, H, Lq, Lk)
 
 
-def shaw_value_output(probs, rel_value, *, max_relative_position: int) -> torch.Tensor:
+def shaw_value_output(probs, rel_value, *, max_relative_position: int,
+                      index: torch.Tensor | None = None) -> torch.Tensor:
     """sum_j probs_ij a_V[clip(j - i, -k, k) + k] without an [Lq, Lk, d] tensor.
 
     Sign convention: ``key_minus_query``. probs (B, H, Lq, Lk) attention weights,
@@ -71,7 +92,7 @@ def shaw_value_output(probs, rel_value, *, max_relative_position: int) -> torch.
     if rel_value.shape[0] != 2 * kmax + 1:
         raise ValueError(f"rel_value must have 2 * max_relative_position + 1 = {2 * kmax + 1} rows, "
                          f"got shape {tuple(rel_value.shape)}")
-    idx = _shaw_index(Lq, Lk, kmax, probs.device)  # (Lq, Lk)
+    idx = check_shaw_index(index, Lq, Lk, kmax, probs.device)  # (Lq, Lk)
     buckets = probs.new_zeros(B, H, Lq, 2 * kmax + 1)  # (B, H, Lq, 2k + 1)
     buckets = buckets.scatter_add(-1, idx.expand(B, H, Lq, Lk), probs)  # weight per offset bucket
     return buckets @ rel_value  # (B, H, Lq, d)

@@ -87,20 +87,22 @@ def _guard_shaw(Lq, Lk, d, B, H, kmax, dtype, what):
                  alternative="the gather path (relpos_core.kernels.gather)", alternative_bytes=alt)
 
 
-def shaw_key_logits(q, rel_key, *, max_relative_position: int) -> torch.Tensor:
+def shaw_key_logits(q, rel_key, *, max_relative_position: int, index: torch.Tensor | None = None) -> torch.Tensor:
     """Unscaled q_i . a_K[clip(j - i, -k, k) + k] by gathering a_K into [Lq, Lk, d].
 
     Sign convention: ``key_minus_query`` (j - i). q (B, H, Lq, d), rel_key (2k + 1, d);
-    key length = Lq (self-attention). Returns (B, H, Lq, Lq).
+    key length = Lq (self-attention); ``index`` an optional precomputed
+    ``gather.shaw_gather_index(Lq, ...)`` (built once per forward pass, shared by layers).
+    Returns (B, H, Lq, Lq).
     """
     check_tensor("q", q, ndim=4, floating=True)
     B, H, Lq, d = q.shape
     kmax = check_positive_int("max_relative_position", max_relative_position)
     _check_shaw_table("rel_key", rel_key, kmax, d, q.dtype)
     _guard_shaw(Lq, Lq, d, B, H, kmax, q.dtype, "naive Shaw")
-    from relpos_core.schemes.shaw import shaw_relative_index
+    from relpos_core.kernels.gather import check_shaw_index
 
-    idx = shaw_relative_index(Lq, Lq, max_relative_position=kmax, device=q.device)  # (Lq, Lk)
+    idx = check_shaw_index(index, Lq, Lq, kmax, q.device)  # (Lq, Lk)
     a_k = rel_key[idx]  # (Lq, Lk, d): the L^2 d tensor
     return torch.einsum("bhid,ijd->bhij", q, a_k)  # (B, H, Lq, Lk)
 

@@ -22,7 +22,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from relpos_core._validate import check_choice, check_positive_int, check_tensor
+from relpos_core._validate import check_choice, check_tensor
 from relpos_core.kernels import gather, naive, skew
 from relpos_core.kernels.naive import _guard_dense, check_qkv
 from relpos_core.measure.backends import active_forced_backend, check_backend_supports, detect_sdpa_backend

@@ -5,11 +5,12 @@ allocates for the relative term beyond q, k, v and the attention output. Paths t
 the relative logits explicitly (naive, gather, skew, dense bias) include those
 (B, H, Lq, Lk) logits, so the figures line up with the H200 anchors (naive Shaw, one head,
 fp32, L = 4096, d = 64: 4096 MiB for the [L, L, d] gather + 64 MiB of logits = 4160 MiB;
-the gather path: 64 MiB + [L, 2k + 1] = 66 MiB). ``torch.gather`` needs an int64
-[Lq, Lk] index, shared by batch and heads; it is counted too (128 MiB at L = 4096, the
-same order as one head's fp32 logits), so the naive count is 4288 MiB (3% above the
-anchors' measured 4160) and the gather count 194 MiB (66 MiB + the index; precompute
-and reuse the index across layers to pay it once).
+the gather path: 64 MiB + [L, 2k + 1] = 66 MiB). Both gather by an int64 [Lq, Lk]
+index (``kernels.gather.shaw_gather_index``, 128 MiB at L = 4096). It depends only on
+(L, k), so a model builds it once per forward pass and shares it across batch, heads and
+layers; the Shaw paths take it precomputed (``index=``), as the anchors' recipe does,
+and it is not counted here. A call that builds its own index pays 8 Lq Lk bytes more
+(``SHAW_INDEX_BYTES_PER_PAIR``).
 
 ``k`` is the scheme's distance parameter: Shaw's clip distance ``max_relative_position``,
 DeBERTa's ``att_span`` (tables of 2k rows), T5's ``max_distance`` (the clamped table has
@@ -28,6 +29,7 @@ PATHS = ("naive", "gather", "skew", "sdpa", "sdpa_bias", "flex")
 SCHEMES = ("none", "rope", "t5", "t5_clamped", "t5_bucket_ids", "alibi", "shaw", "deberta", "transformer_xl")
 
 _INT = 8  # int64 index tensors
+SHAW_INDEX_BYTES_PER_PAIR = _INT  # the shared Shaw gather index, when a call builds its own
 
 
 def dtype_size(dtype: torch.dtype) -> int:
@@ -44,8 +46,8 @@ def _counts(B, H, Lq, Lk, d, k, es):
         ("flex", "none"): 0,
         ("sdpa", "rope"): 2 * BH * max(Lq, Lk) * d * es,  # rotated copies of q and k
         # Shaw key term
-        ("naive", "shaw"): (LL * d + BH * LL) * es + LL * _INT,  # a_K gathered to [Lq, Lk, d], logits, index
-        ("gather", "shaw"): (BH * Lq * (2 * k + 1) + BH * LL) * es + LL * _INT,  # q @ a_K^T, logits, index
+        ("naive", "shaw"): (LL * d + BH * LL) * es,  # a_K gathered to [Lq, Lk, d], logits (index shared)
+        ("gather", "shaw"): (BH * Lq * (2 * k + 1) + BH * LL) * es,  # q @ a_K^T, logits (index shared)
         ("skew", "shaw"): (R * d + BH * Lq * R + BH * Lq * (R + 1)) * es,  # E (2L-1, d), qe, padded qe
         ("sdpa_bias", "shaw"): (BH * Lq * (2 * k + 1) + BH * LL) * es + LL * _INT,  # gathered logits as attn_mask
         ("flex", "shaw"): BH * Lq * (2 * k + 1) * 4,  # only q @ a_K^T, fp32
