@@ -15,12 +15,12 @@ export RELPOS_CHROMIUM := $(CHROMIUM)
 
 .PHONY: book test serve venv unit notebooks book-strict browser check-python check-chromium colab-cells clean
 
-book: $(STAMP)
+book: check-python $(STAMP)
 	$(JB) build .
 	@echo
 	@echo "The book is in _build/html: open file://$(CURDIR)/_build/html/index.html, or run 'make serve'."
 
-test: $(STAMP) check-chromium
+test: check-python check-chromium $(STAMP)
 	$(PY) -m pytest tests --ignore=tests/browser
 	$(PY) -m pytest --nbval-lax chapters
 	$(JB) build . -W -n --keep-going
