@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -127,3 +129,18 @@ def test_measure_time_is_positive():
 def test_bad_input_raises_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_cpu_measurement_keeps_real_stderr_and_drops_only_profiler_chatter():
+    code = (
+        "import os, torch\n"
+        "from relpos_core.measure import measure_peak_memory\n"
+        "def noisy():\n"
+        "    os.write(2, b'a real message on fd 2\\n')\n"
+        "    return torch.ones(256, 256)\n"
+        "print(measure_peak_memory(noisy))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == str(256 * 256 * 4)
+    assert "a real message on fd 2" in run.stderr  # passed on, not swallowed
+    assert "profiler_start" not in run.stderr and "profiler_stop" not in run.stderr

@@ -28,6 +28,7 @@ import warnings
 import torch
 
 from relpos_core._validate import check_choice
+from relpos_core.measure._profiler import without_profiler_chatter
 
 __all__ = [
     "BACKENDS",
@@ -179,7 +180,7 @@ def detect_sdpa_backend(fn, *args, **kwargs) -> tuple[str, object]:
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
-    with profile(activities=activities) as prof:
+    with without_profiler_chatter(), profile(activities=activities) as prof:
         out = fn(*args, **kwargs)
     found: list[str] = []
     for e in prof.events():

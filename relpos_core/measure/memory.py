@@ -17,6 +17,7 @@ import gc
 
 import torch
 
+from relpos_core.measure._profiler import without_profiler_chatter
 from relpos_core.measure.timing import infer_device
 
 __all__ = ["measure_peak_memory"]
@@ -25,7 +26,7 @@ __all__ = ["measure_peak_memory"]
 def _cpu_peak(fn, args, kwargs) -> int:
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with without_profiler_chatter(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn(*args, **kwargs)
         del out
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
