@@ -91,8 +91,11 @@ def heatmap(
             hovertemplate=f"{y_label} %{{y}}<br>{x_label} %{{x}}<br>value %{{z}}<extra></extra>",
         )
         fig.add_trace(trace, row=1, col=col)
-        fig.update_xaxes(title_text=x_label, type="category", side="top", row=1, col=col)
-        fig.update_yaxes(title_text=y_label if col == 1 else None, type="category", autorange="reversed", row=1, col=col)
+        every_x, every_y = -(-cols // 16), -(-rows // 16)  # at most ~16 tick labels a side, never rotated
+        fig.update_xaxes(title_text=x_label, type="category", side="top", tickangle=0,
+                         tickmode="linear", tick0=0, dtick=every_x, row=1, col=col)
+        fig.update_yaxes(title_text=y_label if col == 1 else None, type="category", autorange="reversed",
+                         tickmode="linear", tick0=0, dtick=every_y, row=1, col=col)
     for annotation in fig.layout.annotations:  # subplot titles above the top axis labels
         annotation.update(yshift=48, font=dict(size=14))
     size = max(max(a.shape) for a in arrays)
