@@ -51,6 +51,6 @@ def line(
         xaxis=dict(title=x_label, type="log" if log_x else "linear"),
         yaxis=dict(title=y_label, type="log" if log_y else "linear"),
         margin=dict(l=70, r=20, t=60 if title else 30, b=60),
-        legend=dict(orientation="h", y=-0.25),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),  # clear of any slider below
     )
     return fig
