@@ -129,7 +129,8 @@ def test_backend_support_checks(kwargs, match):
 @pytest.mark.parametrize("call, match", [
     (lambda q: sdpa_bias.sdpa_attention(q, q, q, torch.randn(2, 6, 5)), "bias"),
     (lambda q: sdpa_bias.sdpa_attention(q, q, q, torch.randn(2, 6, 6), causal=True), "causal"),
-    (lambda q: sdpa_bias.rope_sdpa_attention(q, q[:, :, :3], q[:, :, :3]), "positions"),
+    (lambda q: sdpa_bias.rope_sdpa_attention(q, q[:, :, :3], q[:, :, :3]), "longer"),
+    (lambda q: sdpa_bias.rope_sdpa_attention(q, q, q, positions=torch.arange(5)), "positions"),
     (lambda q: sdpa_bias.t5_attention(q, q, q, torch.randn(8, 2).double()), "table"),
     (lambda q: sdpa_bias.transformer_xl_attention(q, q, q, torch.randn(2, 6, 8), torch.randn(3, 8), torch.randn(2, 8)), "u"),
     (lambda q: force_sdpa_backend("fastest").__enter__(), "name"),
@@ -138,3 +139,22 @@ def test_bad_input_raises_value_error(call, match):
     q = torch.randn(1, 2, 6, 8)
     with pytest.raises(ValueError, match=match):
         call(q)
+
+
+def test_causal_queries_sit_at_the_end_of_the_keys():
+    import relpos_core as rp
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8)
+    # torch's is_causal would let query 0 see key 0 only; a decoder with a cache sees keys 0..4
+    torch.testing.assert_close(sdpa_bias.sdpa_attention(q, k, v, causal=True), rp.attention(q, k, v, causal=True))
+
+
+def test_rope_decoder_step_equals_the_last_row_of_the_full_pass():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 9, 8), torch.randn(1, 2, 9, 8), torch.randn(1, 2, 9, 8)
+    full = sdpa_bias.rope_sdpa_attention(q, k, v, causal=True)  # (1, 2, 9, 8)
+    step = sdpa_bias.rope_sdpa_attention(q[:, :, -1:], k, v, causal=True)  # one query, a cache of 9 keys
+    torch.testing.assert_close(step, full[:, :, -1:])
+    shifted = sdpa_bias.rope_sdpa_attention(q[:, :, -1:], k, v, positions=torch.arange(9) + 100, causal=True)
+    torch.testing.assert_close(shifted, step, atol=1e-5, rtol=1e-5)  # relative: a shift changes nothing

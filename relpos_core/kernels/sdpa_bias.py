@@ -43,7 +43,9 @@ def sdpa_attention(q, k, v, bias=None, *, causal: bool = False, scale=None) -> t
     """F.scaled_dot_product_attention(q, k, v, attn_mask=bias as 4-D); returns (B, H, Lq, d).
 
     Sign convention: not applicable (``bias`` is already (query, key) laid out, shape
-    (Lq, Lk), (H, Lq, Lk) or (B|1, H|1, Lq, Lk); -inf masks). Inside
+    (Lq, Lk), (H, Lq, Lk) or (B|1, H|1, Lq, Lk); -inf masks). ``causal`` places the Lq
+    queries at the end of the Lk keys (a decoder step sees its whole cache), unlike
+    torch's ``is_causal``, which aligns them to the first keys when Lq != Lk. Inside
     ``force_sdpa_backend(name)`` the inputs are checked against that backend first.
     """
     B, H, Lq, Lk, d = check_qkv(q, k, v)
@@ -55,6 +57,12 @@ def sdpa_attention(q, k, v, bias=None, *, causal: bool = False, scale=None) -> t
             bias = bias.unsqueeze(0)  # (1, H, Lq, Lk): a 3-D mask would push CPU SDPA onto math
         if causal:
             raise ValueError("causal must be False when a bias is given: put -inf above the diagonal into the bias")
+    if causal and Lq != Lk:
+        # torch's is_causal aligns the queries to the *first* keys; here (as in rp.attention)
+        # they sit at the end of the keys, the layout of a decoder step with a KV cache.
+        future = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).triu(Lk - Lq + 1)  # (Lq, Lk)
+        bias = torch.zeros(1, 1, Lq, Lk, dtype=q.dtype, device=q.device).masked_fill(future, float("-inf"))
+        causal = False
     forced = active_forced_backend()
     if forced is not None:
         check_backend_supports(forced, device=q.device, dtype=q.dtype,
@@ -147,14 +155,18 @@ def rope_sdpa_attention(q, k, v, *, positions=None, base: float = 10000.0, causa
     """RoPE then plain SDPA (no mask): runs on the fused backends. Returns (B, H, Lq, d).
 
     Sign convention: ``key_minus_query`` (the rotated dot product depends on j - i only).
-    q and k are rotated with ``relpos_core.schemes.rope.apply_rope`` at ``positions``
-    (default arange(L); q and k must then have the same length).
+    ``positions`` are the keys' positions, (Lk,) or (B, Lk), default arange(Lk); the Lq
+    queries are the last Lq of them, so a decoder step (Lq = 1) against a cache of Lk
+    keys rotates its query to position ``positions[-1]``. q and k are rotated with
+    ``relpos_core.schemes.rope.apply_rope``.
     """
     B, H, Lq, Lk, d = check_qkv(q, k, v)
-    if positions is None and Lq != Lk:
-        raise ValueError(f"positions must be given when Lq != Lk (got Lq = {Lq}, Lk = {Lk})")
+    if Lq > Lk:
+        raise ValueError(f"q must not be longer than k (the queries are the last Lq keys), got Lq = {Lq}, Lk = {Lk}")
     from relpos_core.schemes.rope import apply_rope
 
-    qr = apply_rope(q, positions, base=base)  # (B, H, Lq, d)
-    kr = apply_rope(k, positions, base=base)  # (B, H, Lk, d)
+    if positions is None:
+        positions = torch.arange(Lk, device=q.device)  # (Lk,)
+    kr = apply_rope(k, positions, base=base)  # (B, H, Lk, d); validates positions against Lk
+    qr = apply_rope(q, positions[..., Lk - Lq:], base=base)  # (B, H, Lq, d): the last Lq positions
     return sdpa_attention(qr, kr, v, causal=causal, scale=scale)  # (B, H, Lq, d)
