@@ -1,6 +1,6 @@
 """The skew path: relative logits by a pad-and-reshape instead of a gather.
 
-Book chapter: "The skewing trick". Music Transformer (Huang et al., 2018) computes
+Book: chapter 2, "Shaw et al. and the Music Transformer's skew" (chapters/02_shaw_and_skew.ipynb). Music Transformer (Huang et al., 2018) computes
 Q E^T against one embedding per distance, pads a zero column, reinterprets the buffer
 and drops a row: entry (i, j) then holds q_i against distance j - i. Extra memory
 O(L^2), not O(L^2 d). The reshape itself is ``relpos_core.schemes.music_transformer.skew``

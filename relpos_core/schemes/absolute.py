@@ -2,7 +2,7 @@
 
 Paper: Vaswani, Shazeer, Parmar, Uszkoreit, Jones, Gomez, Kaiser and Polosukhin (2017),
 "Attention Is All You Need", NeurIPS 2017 (sinusoidal table); learned tables as in BERT/GPT.
-Book chapter: "Why relative distance, and what it buys".
+Book: chapter 1, "Why relative positions" (chapters/01_why_relative_positions.ipynb).
 
 Sign convention: ``none``. A position vector is added to each token before the projections;
 no offset i - j or j - i appears anywhere, so the logit mixes content and position through

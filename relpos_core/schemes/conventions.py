@@ -1,6 +1,6 @@
 """The sign-convention table: which offset each scheme uses, and what a positive value means.
 
-Book chapter: "Why relative distance, and what it buys" (and the failure mode "sign
+Book: chapter 1, "Why relative positions" (chapters/01_why_relative_positions.ipynb) (and the failure mode "sign
 convention flipped"). The two conventions are defined in ``relpos_core.offsets``:
 
 * ``key_minus_query``: the offset is ``j - i``; positive means the key comes *after* the query.

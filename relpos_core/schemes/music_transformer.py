@@ -2,8 +2,8 @@
 
 Paper: Cheng-Zhi Anna Huang, Ashish Vaswani, Jakob Uszkoreit, Noam Shazeer, Ian Simon,
 Curtis Hawthorne, Andrew M. Dai, Matthew D. Hoffman, Monica Dinculescu, Douglas Eck,
-"Music Transformer", 2018 (ICLR 2019). Taught in the book's chapter on the skewing trick
-(relative logits without an L x L x d tensor).
+"Music Transformer", 2018 (ICLR 2019). Book: chapter 2, "Shaw et al. and the Music Transformer's skew"
+(chapters/02_shaw_and_skew.ipynb): relative logits without an L x L x d tensor.
 
 Sign convention: ``key_minus_query``. A relative embedding table E has one row per
 distance r = j - i; row ``r + (L - 1)`` embeds distance r, so the first row is the

@@ -1,8 +1,8 @@
 """Shaw et al.: learned relative vectors on keys and values.
 
 Paper: Peter Shaw, Jakob Uszkoreit, Ashish Vaswani, "Self-Attention with Relative
-Position Representations", NAACL 2018. Taught in the book's chapter on Shaw et al.
-(learned key and value tables indexed by clipped distance).
+Position Representations", NAACL 2018. Book: chapter 2, "Shaw et al. and the
+Music Transformer's skew" (chapters/02_shaw_and_skew.ipynb).
 
 Sign convention: ``key_minus_query``. The offset of key j seen from query i is r = j - i,
 clipped to [-k, k] with k = ``max_relative_position``; table row ``r + k`` holds its
