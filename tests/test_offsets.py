@@ -50,3 +50,35 @@ def test_two_token_sign():
 def test_bad_arguments_name_the_parameter(kwargs, param):
     with pytest.raises(ValueError, match=param):
         rp.relative_offsets(**kwargs)
+
+
+def test_key_positions_for_a_cache_that_evicted_keys():
+    kept = torch.tensor([0, 1, 6, 7, 8])  # positions 2..5 were evicted; the query is at 8
+    offsets = rp.relative_offsets(1, convention="query_minus_key", query_offset=8, key_positions=kept)
+    assert offsets.tolist() == [[8, 7, 2, 1, 0]]
+    full = rp.relative_offsets(9, convention="query_minus_key")
+    assert torch.equal(offsets[0], full[8, kept])  # the kept columns of the uncached matrix
+
+
+@pytest.mark.parametrize(
+    "kwargs, param",
+    [
+        (dict(query_len=1, key_positions=torch.tensor([0.0, 1.0])), "key_positions"),
+        (dict(query_len=1, key_positions=torch.tensor([[0, 1]])), "key_positions"),
+        (dict(query_len=1, key_len=3, key_positions=torch.tensor([0, 1])), "key_positions"),
+    ],
+)
+def test_bad_key_positions(kwargs, param):
+    with pytest.raises(ValueError, match=param):
+        rp.relative_offsets(**kwargs)
+
+
+def test_alibi_and_t5_biases_after_eviction_are_the_kept_columns():
+    kept, n = torch.tensor([0, 1, 10, 11, 12]), 12
+    alibi_full = rp.schemes.alibi.alibi_bias(8, n + 1)  # (H, L, L)
+    alibi_step = rp.schemes.alibi.alibi_bias(8, 1, query_offset=n, key_positions=kept)  # (H, 1, K)
+    torch.testing.assert_close(alibi_step[:, 0], alibi_full[:, n, kept])
+    table = torch.randn(32, 4)
+    t5_full = rp.schemes.t5.t5_bias_from_table(table, n + 1)
+    t5_step = rp.schemes.t5.t5_bias_from_table(table, 1, query_offset=n, key_positions=kept)
+    torch.testing.assert_close(t5_step[:, 0], t5_full[:, n, kept])

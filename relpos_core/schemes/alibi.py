@@ -47,21 +47,24 @@ def alibi_bias(
     *,
     causal: bool = True,
     query_offset: int = 0,
+    key_positions: torch.Tensor | None = None,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """(H, Lq, Lk) float32 ALiBi bias, convention ``query_minus_key`` (distance i - j).
 
     causal: ``-m_h * (i - j)`` for keys at or before the query (i - j >= 0), ``-inf`` for keys
     after it. Bidirectional (``causal=False``): the symmetric ``-m_h * |i - j|``.
-    Query i sits at position ``query_offset + i``, key j at position j.
+    Query i sits at position ``query_offset + i``, key j at position j, or at
+    ``key_positions[j]`` when given (the keys a KV cache kept, at their original positions).
     """
     num_heads = check_positive_int("num_heads", num_heads)
     query_len = check_positive_int("query_len", query_len)
-    key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
+    if key_positions is None:
+        key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
     check_choice("causal", causal, (True, False))
     query_offset = check_int("query_offset", query_offset)
-    distance = relative_offsets(query_len, key_len, convention="query_minus_key",
-                                query_offset=query_offset, device=device)  # (Lq, Lk) i - j
+    distance = relative_offsets(query_len, key_len, convention="query_minus_key", query_offset=query_offset,
+                                key_positions=key_positions, device=device)  # (Lq, Lk) i - j
     slopes = alibi_slopes(num_heads).to(device)[:, None, None]  # (H, 1, 1)
     if not causal:
         return slopes * -distance.abs()  # (H, Lq, Lk) -m_h * |i - j|

@@ -102,13 +102,15 @@ def t5_bias_from_table(
     max_distance: int = 128,
     query_offset: int = 0,
     num_heads: int | None = None,
+    key_positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The dense (H, Lq, Lk) T5 bias from a (num_buckets, H) table (HF's ``relative_attention_bias.weight``).
 
     Convention ``key_minus_query``: entry (h, i, j) is ``table[bucket(j - i), h]``. Query i
     sits at position ``query_offset + i`` (a decoder step with a KV cache of
-    ``query_offset`` tokens), key j at position j. ``num_heads``, if given, must match the
-    table's second dimension.
+    ``query_offset`` tokens), key j at position j, or at ``key_positions[j]`` when given
+    (the keys a KV cache kept after evicting others). ``num_heads``, if given, must match
+    the table's second dimension.
     """
     check_tensor("table", table, ndim=2, floating=True)
     if num_heads is not None:
@@ -119,10 +121,11 @@ def t5_bias_from_table(
             )
     _check_bucket_args(bidirectional, table.shape[0], max_distance, num_buckets_name="num_buckets (table.shape[0])")
     query_len = check_positive_int("query_len", query_len)
-    key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
+    if key_positions is None:
+        key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
     query_offset = check_int("query_offset", query_offset)
     rel = relative_offsets(query_len, key_len, convention="key_minus_query", query_offset=query_offset,
-                           device=table.device)  # (Lq, Lk) j - i
+                           key_positions=key_positions, device=table.device)  # (Lq, Lk) j - i
     buckets = t5_relative_bucket(rel, bidirectional=bidirectional, num_buckets=table.shape[0],
                                  max_distance=max_distance)  # (Lq, Lk)
     return table[buckets].permute(2, 0, 1)  # (H, Lq, Lk)
