@@ -130,3 +130,15 @@ def test_line_chart():
     assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "L"
     with pytest.raises(ValueError, match="series"):
         rp.figures.line([1, 2], {"a": [1]}, x_label="L", y_label="y")
+
+
+def test_line_styles_per_series_and_exact_log_ticks():
+    fig = rp.figures.line(
+        [128, 256, 512], {"a": [1, 2, 4], "b": [2, 4, 8]}, x_label="L", y_label="MiB", log_x=True,
+        styles={"b": dict(mode="markers", marker=dict(symbol="circle-open"))},
+    )
+    assert fig.data[0].mode == "lines+markers" and fig.data[1].mode == "markers"
+    assert fig.data[1].marker.symbol == "circle-open"
+    assert list(fig.layout.xaxis.tickvals) == [128, 256, 512]
+    with pytest.raises(ValueError, match="styles"):
+        rp.figures.line([1], {"a": [1]}, x_label="x", y_label="y", styles={"c": {}})

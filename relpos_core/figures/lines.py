@@ -30,10 +30,14 @@ def line(
     mode: str = "lines+markers",
     shape: str = "linear",
     height: int = 420,
+    styles: Mapping[str, Mapping] | None = None,
 ):
     """One line per entry of ``series`` (name -> y values, one per x), as a plotly figure.
 
-    ``shape="hv"`` draws steps (bucket functions); ``log_x`` / ``log_y`` use log axes.
+    ``shape="hv"`` draws steps (bucket functions); ``log_x`` / ``log_y`` use log axes (a
+    log x axis with at most 12 points is labelled at exactly those points). ``styles``
+    maps a series name to plotly trace settings, e.g.
+    ``{"measured": dict(mode="markers", marker=dict(symbol="circle-open"))}``.
     """
     go, _ = plotly_modules()
     xs = _as_list("x", x)
@@ -45,6 +49,11 @@ def line(
         if len(ys) != len(xs):
             raise ValueError(f"series[{name!r}] must have one value per x ({len(xs)}), got {len(ys)}")
         fig.add_trace(go.Scatter(x=xs, y=ys, name=str(name), mode=mode, line=dict(shape=shape)))
+        if styles and name in styles:
+            fig.data[-1].update(**styles[name])
+    unknown = set(styles or {}) - set(series)
+    if unknown:
+        raise ValueError(f"styles names series that do not exist: {sorted(unknown)}; series are {list(series)}")
     fig.update_layout(
         title=title,
         height=height,
@@ -53,4 +62,6 @@ def line(
         margin=dict(l=70, r=20, t=60 if title else 30, b=60),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),  # clear of any slider below
     )
+    if log_x and len(xs) <= 12:
+        fig.update_xaxes(tickvals=xs, ticktext=[str(x) for x in xs])
     return fig
