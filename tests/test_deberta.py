@@ -446,3 +446,10 @@ def _attn():
 def test_validation_names_the_parameter(call, param):
     with pytest.raises(ValueError, match=param):
         call()
+
+
+@pytest.mark.parametrize("pos_att_type, terms", [(("c2p", "p2c"), 3), (("c2p",), 2), ((), 1)])
+def test_scale_is_sqrt_of_d_times_the_number_of_summed_terms(pos_att_type, terms):
+    cfg = db.DisentangledConfig(hidden_size=32, num_heads=4, max_relative_positions=8, pos_att_type=pos_att_type)
+    layer = db.DisentangledSelfAttention(cfg)
+    assert layer.scale == pytest.approx((8 * terms) ** 0.5)  # d_head = 32 / 4 = 8

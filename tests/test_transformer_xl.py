@@ -278,3 +278,13 @@ def test_validation_errors_name_the_parameter():
         txl.run_segments(m, torch.randn(1, 3, 8), 0)
     with pytest.raises(ValueError, match="module"):
         txl.run_segments(torch.nn.Linear(8, 8), torch.randn(1, 3, 8), 2)
+
+
+def test_project_shapes_and_distances():
+    layer = txl.RelPartialLearnableAttention(txl.TransformerXLConfig(d_model=16, num_heads=2, d_head=4, mem_len=3))
+    h, mems = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
+    cat, q, k, v, r_k = layer.project(h, mems)
+    assert cat.shape == (2, 8, 16) and q.shape == (2, 2, 5, 4) and k.shape == v.shape == (2, 2, 8, 4)
+    assert r_k.shape == (8, 2, 4)
+    R = txl.sinusoidal_relative_encoding(8, 16)  # rows: distances 7 .. 0
+    torch.testing.assert_close(r_k, layer.r_net(R).reshape(8, 2, 4))

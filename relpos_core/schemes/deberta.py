@@ -340,6 +340,11 @@ class DisentangledSelfAttention(nn.Module):
         x = x.view(*x.shape[:-1], self.num_attention_heads, self.attention_head_size)  # (..., L, H, d)
         return x.transpose(-2, -3)  # (..., H, L, d)
 
+    @property
+    def scale(self) -> float:
+        """sqrt(d_head * (1 + number of position terms)): sqrt(3 d) with c2p and p2c, as in the paper."""
+        return math.sqrt(self.attention_head_size * (1 + len(self.config.pos_att_type)))
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -391,8 +396,7 @@ class DisentangledSelfAttention(nn.Module):
                 scores = scores + c2p
             if "p2c" in cfg.pos_att_type:
                 scores = scores + p2c
-        scale = math.sqrt(self.attention_head_size * (1 + len(cfg.pos_att_type)))
-        scores = scores / scale  # (B, H, Lq, Lk)
+        scores = scores / self.scale  # (B, H, Lq, Lk)
         if mask is not None:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         probs = scores.softmax(dim=-1)  # (B, H, Lq, Lk)

@@ -211,7 +211,9 @@ class RelPartialLearnableAttention(nn.Module):
             check_tensor("mems", mems, ndim=3, floating=True, dtype=h.dtype,
                          shape={0: h.shape[0], 2: self.config.d_model})
 
-    def _project(self, h, mems):
+    def project(self, h, mems=None):
+        """The layer's projections: (cat (B, Lk, d_model), q (B, H, L, dh), k, v (B, H, Lk, dh),
+        r_k (Lk, H, dh) for distances Lk - 1 .. 0), with Lk = M + L keys over [mems; h]."""
         self._check(h, mems)
         B, L, _ = h.shape
         H, dh = self.config.num_heads, self.config.d_head
@@ -233,16 +235,16 @@ class RelPartialLearnableAttention(nn.Module):
 
     def terms(self, h: torch.Tensor, mems: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """The four unscaled terms for this layer, each (B, H, L, M + L) (``query_minus_key``)."""
-        _, q, k, _, r_k = self._project(h, mems)
+        _, q, k, _, r_k = self.project(h, mems)
         return transformer_xl_terms(q, k, r_k, self.u, self.v, r_layout="LHd")
 
     def attention_logits(self, h: torch.Tensor, mems: torch.Tensor | None = None) -> torch.Tensor:
         """Scaled, masked logits (B, H, L, M + L); hidden keys are -inf (``query_minus_key``)."""
-        _, q, k, _, r_k = self._project(h, mems)
+        _, q, k, _, r_k = self.project(h, mems)
         return self._logits(q, k, r_k)
 
     def forward(self, h: torch.Tensor, mems: torch.Tensor | None = None):
-        cat, q, k, v, r_k = self._project(h, mems)
+        cat, q, k, v, r_k = self.project(h, mems)
         B, L, _ = h.shape
         probs = torch.softmax(self._logits(q, k, r_k), dim=-1)  # (B, H, L, Lk)
         y = (probs @ v).transpose(1, 2).reshape(B, L, -1)  # (B, L, H*dh)
