@@ -188,6 +188,12 @@ def _progress(items, desc):
 
 
 def _git_commit() -> str:
+    """HEAD of the checkout (``-dirty`` with local changes), or ``RELPOS_GIT_COMMIT`` when the
+    code runs from a copy without ``.git`` (a GPU machine that received the working tree)."""
+    import os
+
+    if os.environ.get("RELPOS_GIT_COMMIT"):
+        return os.environ["RELPOS_GIT_COMMIT"] + " (from RELPOS_GIT_COMMIT)"
     try:
         root = Path(__file__).resolve().parents[1]
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)

@@ -4,6 +4,10 @@
 #
 #   OUT=/some/dir bash tools/gpu_check.sh
 #
+# On a machine that received a copy of the working tree without .git, record the commit:
+# write it first with `git rev-parse HEAD > .relpos-commit` (an untracked file travels with
+# the tree); the script exports it as RELPOS_GIT_COMMIT for the benchmark's provenance.
+#
 # 1. the CUDA-only tests (FlexAttention backward into a learnable table; measured vs
 #    analytic bytes within 10%) and the flex kernel tests on the GPU's torch;
 # 2. the GPU benchmark (L up to 16384, B=1, H=16, d=64, bf16), JSON with provenance and a
@@ -12,6 +16,9 @@
 set -euo pipefail
 OUT=${OUT:-bench_out}
 mkdir -p "$OUT"
+if [ -z "${RELPOS_GIT_COMMIT:-}" ] && [ -f .relpos-commit ] && ! git rev-parse HEAD >/dev/null 2>&1; then
+  export RELPOS_GIT_COMMIT="$(cat .relpos-commit)"
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 MPLBACKEND=Agg
 python - <<'PY'
 import torch
