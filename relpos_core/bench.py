@@ -1,20 +1,21 @@
 """``python -m relpos_core.bench``: every kernel path for every scheme, measured in one run.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). For each sequence length L the benchmark runs each
-(scheme, path) pair forward (and the learnable T5 table forward + backward), records
-mean time (``measure_time``), measured peak memory (``measure_peak_memory``), the
-analytic byte count (``analytic_bytes``) and, for SDPA calls, the backend that actually
-ran (``detect_sdpa_backend``). Ratios are taken inside the run: each path against
-FlexAttention with no bias and against SDPA with no bias at the same L, because absolute
-times drift from machine to machine. A path the memory guard refuses, or one that
-fails, is recorded as skipped / error with the reason, never dropped.
+Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). For each sequence
+length L the benchmark runs each (scheme, path) pair forward (and the learnable T5 table
+forward + backward), records mean time (``measure_time``), measured peak memory
+(``measure_peak_memory``), the analytic byte count (``analytic_bytes``) and, for SDPA
+calls, the backend that actually ran (``detect_sdpa_backend``). Ratios are taken inside
+the run: each path against FlexAttention with no bias and against SDPA with no bias at
+the same L, because absolute times drift from machine to machine. A path the memory
+guard refuses, or one that fails, is recorded as skipped / error with the reason, never
+dropped.
 
 A separate "Shaw key term" section repeats the H200 anchors' recipe (one head, fp32,
 d = 64) and sweeps the clip distance k: the naive [L, L, d] gather, q @ a_K^T + gather,
 and the skew. The main sweep varies L at the preset's k, T5 buckets and DeBERTa span.
 
-Presets: ``tiny`` (tests), ``cpu`` (default without CUDA, about a minute on 2 cores
-including FlexAttention compiles), ``gpu`` (``--gpu``: L up to 16384, B=1, H=16, d=64,
+Presets: ``tiny`` (tests), ``cpu`` (default without CUDA: about 95 s on 2 cores
+with an empty compile cache, 40 s with a warm one), ``gpu`` (``--gpu``: L up to 16384, B=1, H=16, d=64,
 bf16, the anchors' shapes). Output: JSON with provenance to ``--out`` (default
 ``bench_out/bench-<device>.json``) and a matplotlib PNG beside it.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import platform
 import subprocess
 import warnings
@@ -190,8 +192,6 @@ def _progress(items, desc):
 def _git_commit() -> str:
     """HEAD of the checkout (``-dirty`` with local changes), or ``RELPOS_GIT_COMMIT`` when the
     code runs from a copy without ``.git`` (a GPU machine that received the working tree)."""
-    import os
-
     if os.environ.get("RELPOS_GIT_COMMIT"):
         return os.environ["RELPOS_GIT_COMMIT"] + " (from RELPOS_GIT_COMMIT)"
     try:

@@ -1,9 +1,10 @@
 """The FlexAttention path: the bias computed inside the tile loop, never materialised.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). ``torch.nn.attention.flex_attention`` (PyTorch 2.5+) takes
-a ``score_mod(score, b, h, q_idx, kv_idx)`` that edits each logit inside the fused
-kernel. Factories follow attention-gym's ``generate_<name>(...)`` style; each one reads
-only small tables, so no [L, L] tensor exists:
+Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb).
+``torch.nn.attention.flex_attention`` (PyTorch 2.5+) takes a ``score_mod(score, b, h,
+q_idx, kv_idx)`` that edits each logit inside the fused kernel. Factories follow
+attention-gym's ``generate_<name>(...)`` style; each one reads only small tables, so no
+[L, L] tensor exists:
 
 * ``generate_t5_score_mod``: T5 (Raffel et al., 2020) from a 1-D per-offset table
   [H, Lq + Lk - 1] indexed by kv - q, or clamped [H, 2 max_distance + 1] (exact: offsets

@@ -1,9 +1,10 @@
 """The gather path: score against the few distinct offsets, then index by offset.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). Shaw et al. (2018) note that only 2k + 1 relative vectors
-exist, so q @ a_K^T is an [Lq, 2k + 1] matrix (a batched matmul does the work) and the
-[Lq, Lk] relative logits are a gather from it by clipped offset: O(L k) extra memory
-instead of O(L^2 d) (66 MiB instead of 4 GiB at L = 4096, d = 64, k = 64, fp32).
+Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). Shaw et al. (2018)
+note that only 2k + 1 relative vectors exist, so q @ a_K^T is an [Lq, 2k + 1] matrix (a
+batched matmul does the work) and the [Lq, Lk] relative logits are a gather from it by
+clipped offset: O(L k) extra memory instead of O(L^2 d) (66 MiB instead of 4 GiB at L =
+4096, d = 64, k = 64, fp32).
 
 * Shaw key term: ``shaw_key_logits`` (q @ a_K^T, then gather).
 * Shaw value term: the attention weights are summed into their 2k + 1 offset buckets
@@ -20,6 +21,7 @@ import math
 import torch
 
 from relpos_core._validate import check_choice, check_positive_int, check_tensor
+from relpos_core.schemes.shaw import shaw_relative_index
 from relpos_core.kernels.naive import _check_shaw_table, _guard_dense, attention_with_bias, check_qkv
 
 __all__ = [
@@ -35,19 +37,14 @@ __all__ = [
 
 def shaw_gather_index(query_len: int, key_len: int | None = None, *, max_relative_position: int,
                       device=None) -> torch.Tensor:
-    """clip(j - i, -k, k) + k as one int64 (Lq, Lk) tensor, built in place.
+    """The (Lq, Lk) int64 index clip(j - i, -k, k) + k that the Shaw paths gather by.
 
-    The values of ``schemes.shaw.shaw_relative_index`` without its temporaries.
-    ``torch.gather`` needs int64, so this index costs 8 bytes per pair; it depends only on
-    (Lq, Lk, k), so a model builds it once per forward pass and shares it across batch,
-    heads and layers: pass it as ``index=`` to the Shaw paths. Sign convention:
-    ``key_minus_query``.
+    ``schemes.shaw.shaw_relative_index``, under the name the kernel paths use. ``torch.gather``
+    needs int64, so it costs 8 bytes per pair; it depends only on (Lq, Lk, k), so a model
+    builds it once per forward pass and shares it across batch, heads and layers: pass it
+    as ``index=`` to the Shaw paths. Sign convention: ``key_minus_query``.
     """
-    Lq = check_positive_int("query_len", query_len)
-    Lk = Lq if key_len is None else check_positive_int("key_len", key_len)
-    kmax = check_positive_int("max_relative_position", max_relative_position)
-    idx = torch.arange(Lk, device=device)[None, :] - torch.arange(Lq, device=device)[:, None]  # (Lq, Lk) j - i
-    return idx.clamp_(-kmax, kmax).add_(kmax)  # (Lq, Lk) in [0, 2k]
+    return shaw_relative_index(query_len, key_len, max_relative_position=max_relative_position, device=device)
 
 
 def check_shaw_index(index, Lq: int, Lk: int, kmax: int, device) -> torch.Tensor:

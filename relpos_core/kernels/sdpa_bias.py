@@ -1,12 +1,12 @@
 """The dense-bias SDPA path: the bias as ``attn_mask`` to scaled_dot_product_attention.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). Works for any additive scheme (T5, ALiBi, the Shaw key
-term, DeBERTa's c2p + p2c, Transformer-XL's (b) + (d)), costs an [H, Lq, Lk] tensor, and
-changes which backend runs, so the backend is *detected*, not assumed
-(``relpos_core.measure.backends``). On CPU (torch 2.13): a 4-D float mask runs the fused
-``_flash_attention_for_cpu`` kernel, a 3-D mask or a mask that requires grad falls back
-to ``math``; that is why the bias is always passed here as 4-D (1|B, H, Lq, Lk). On CUDA
-flash refuses any mask; cuDNN or memory-efficient take it.
+Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). Works for any
+additive scheme (T5, ALiBi, the Shaw key term, DeBERTa's c2p + p2c, Transformer-XL's (b)
++ (d)), costs an [H, Lq, Lk] tensor, and changes which backend runs, so the backend is
+*detected*, not assumed (``relpos_core.measure.backends``). On CPU (torch 2.13): a 4-D
+float mask runs the fused ``_flash_attention_for_cpu`` kernel, a 3-D mask or a mask that
+requires grad falls back to ``math``; that is why the bias is always passed here as 4-D
+(1|B, H, Lq, Lk). On CUDA flash refuses any mask; cuDNN or memory-efficient take it.
 
 It is also the path that trains: the bias is an ordinary tensor gathered from the
 learnable table, so gradients flow on every device (FlexAttention has no backward on

@@ -1,9 +1,10 @@
 """The skew path: relative logits by a pad-and-reshape instead of a gather.
 
-Book: chapter 2, "Shaw et al. and the Music Transformer's skew" (chapters/02_shaw_and_skew.ipynb). Music Transformer (Huang et al., 2018) computes
-Q E^T against one embedding per distance, pads a zero column, reinterprets the buffer
-and drops a row: entry (i, j) then holds q_i against distance j - i. Extra memory
-O(L^2), not O(L^2 d). The reshape itself is ``relpos_core.schemes.music_transformer.skew``
+Book: chapter 2, "Shaw et al. and the Music Transformer's skew"
+(chapters/02_shaw_and_skew.ipynb). Music Transformer (Huang et al., 2018) computes Q E^T
+against one embedding per distance, pads a zero column, reinterprets the buffer and
+drops a row: entry (i, j) then holds q_i against distance j - i. Extra memory O(L^2),
+not O(L^2 d). The reshape itself is ``relpos_core.schemes.music_transformer.skew``
 (reused here, not rewritten); Transformer-XL's ``rel_shift`` (Dai et al., 2019) is the
 same trick in the ``query_minus_key`` layout.
 

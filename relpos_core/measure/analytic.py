@@ -1,16 +1,16 @@
 """Analytic byte counts: what each kernel path materialises for the position term.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). The count is the *extra* memory of a path: tensors it
-allocates for the relative term beyond q, k, v and the attention output. Paths that form
-the relative logits explicitly (naive, gather, skew, dense bias) include those
-(B, H, Lq, Lk) logits, so the figures line up with the H200 anchors (naive Shaw, one head,
-fp32, L = 4096, d = 64: 4096 MiB for the [L, L, d] gather + 64 MiB of logits = 4160 MiB;
-the gather path: 64 MiB + [L, 2k + 1] = 66 MiB). Both gather by an int64 [Lq, Lk]
-index (``kernels.gather.shaw_gather_index``, 128 MiB at L = 4096). It depends only on
-(L, k), so a model builds it once per forward pass and shares it across batch, heads and
-layers; the Shaw paths take it precomputed (``index=``), as the anchors' recipe does,
-and it is not counted here. A call that builds its own index pays 8 Lq Lk bytes more
-(``SHAW_INDEX_BYTES_PER_PAIR``).
+Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). The count is the
+*extra* memory of a path: tensors it allocates for the relative term beyond q, k, v and
+the attention output. Paths that form the relative logits explicitly (naive, gather,
+skew, dense bias) include those (B, H, Lq, Lk) logits, so the figures line up with the
+H200 anchors (naive Shaw, one head, fp32, L = 4096, d = 64: 4096 MiB for the [L, L, d]
+gather + 64 MiB of logits = 4160 MiB; the gather path: 64 MiB + [L, 2k + 1] = 66 MiB).
+Both gather by an int64 [Lq, Lk] index (``kernels.gather.shaw_gather_index``, 128 MiB at
+L = 4096). It depends only on (L, k), so a model builds it once per forward pass and
+shares it across batch, heads and layers; the Shaw paths take it precomputed
+(``index=``), as the anchors' recipe does, and it is not counted here. A call that
+builds its own index pays 8 Lq Lk bytes more (``SHAW_INDEX_BYTES_PER_PAIR``).
 
 ``k`` is the scheme's distance parameter: Shaw's clip distance ``max_relative_position``,
 DeBERTa's ``att_span`` (tables of 2k rows), T5's ``max_distance`` (the clamped table has

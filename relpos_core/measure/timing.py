@@ -1,7 +1,8 @@
 """Wall-clock timing of one call: CUDA events on a GPU, perf_counter on a CPU.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). Absolute times drift from machine to machine, so the book
-compares ratios taken in one run (see ``relpos_core.bench``).
+Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). Absolute times drift
+from machine to machine, so the book compares ratios taken in one run (see
+``relpos_core.bench``).
 """
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def shaw_relative_index(
     query_offset = check_int("query_offset", query_offset)
     rel = relative_offsets(query_len, key_len, convention="key_minus_query",
                            query_offset=query_offset, device=device)  # (Lq, Lk), j - i
-    return rel.clamp(-k, k) + k  # (Lq, Lk) in [0, 2k]
+    return rel.clamp_(-k, k).add_(k)  # (Lq, Lk) in [0, 2k], in place: one int64 [Lq, Lk] tensor
 
 
 def _check_table(name: str, table, k: int, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
