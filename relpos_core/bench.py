@@ -1,6 +1,6 @@
 """``python -m relpos_core.bench``: every kernel path for every scheme, measured in one run.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). For each sequence
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). For each sequence
 length L the benchmark runs each (scheme, path) pair forward (and the learnable T5 table
 forward + backward), records mean time (``measure_time``), measured peak memory
 (``measure_peak_memory``), the analytic byte count (``analytic_bytes``) and, for SDPA

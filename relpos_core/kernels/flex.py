@@ -1,6 +1,6 @@
 """The FlexAttention path: the bias computed inside the tile loop, never materialised.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb).
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb).
 ``torch.nn.attention.flex_attention`` (PyTorch 2.5+) takes a ``score_mod(score, b, h,
 q_idx, kv_idx)`` that edits each logit inside the fused kernel. Factories follow
 attention-gym's ``generate_<name>(...)`` style; each one reads only small tables, so no

@@ -1,6 +1,6 @@
 """The gather path: score against the few distinct offsets, then index by offset.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). Shaw et al. (2018)
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). Shaw et al. (2018)
 note that only 2k + 1 relative vectors exist, so q @ a_K^T is an [Lq, 2k + 1] matrix (a
 batched matmul does the work) and the [Lq, Lk] relative logits are a gather from it by
 clipped offset: O(L k) extra memory instead of O(L^2 d) (66 MiB instead of 4 GiB at L =

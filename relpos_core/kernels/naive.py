@@ -1,6 +1,6 @@
 """The naive kernel path: materialise the relative tensor or the dense bias, then attend.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). This is each paper's
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). This is each paper's
 equations written out literally, the baseline the other paths are measured against:
 
 * Shaw et al. (2018): gather a_K (and a_V) into an [Lq, Lk, d] tensor, then einsum;

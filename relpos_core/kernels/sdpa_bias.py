@@ -1,6 +1,6 @@
 """The dense-bias SDPA path: the bias as ``attn_mask`` to scaled_dot_product_attention.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). Works for any
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). Works for any
 additive scheme (T5, ALiBi, the Shaw key term, DeBERTa's c2p + p2c, Transformer-XL's (b)
 + (d)), costs an [H, Lq, Lk] tensor, and changes which backend runs, so the backend is
 *detected*, not assumed (``relpos_core.measure.backends``). On CPU (torch 2.13): a 4-D

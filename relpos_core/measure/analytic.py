@@ -1,6 +1,6 @@
 """Analytic byte counts: what each kernel path materialises for the position term.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). The count is the
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). The count is the
 *extra* memory of a path: tensors it allocates for the relative term beyond q, k, v and
 the attention output. Paths that form the relative logits explicitly (naive, gather,
 skew, dense bias) include those (B, H, Lq, Lk) logits, so the figures line up with the

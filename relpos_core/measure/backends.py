@@ -1,6 +1,6 @@
 """Which SDPA backend actually ran, and forcing one so a fallback fails loudly.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb) (the seed's failure
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb) (the seed's failure
 mode "silent kernel fallback": a dense bias can push ``scaled_dot_product_attention``
 onto the slow, quadratic-memory math path).
 

@@ -1,6 +1,6 @@
 """The memory guard: refuse, before allocating, a tensor bigger than the budget.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). The seed's failure mode
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). The seed's failure mode
 "materialised bias blows memory" (an fp32 bias of 16 heads at L = 16384 is 16 GiB) is
 turned into an early, explained error: a path that would materialise more than the budget
 raises ``MemoryBudgetError`` naming the bytes it needs and the path that avoids them.

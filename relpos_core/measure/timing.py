@@ -1,6 +1,6 @@
 """Wall-clock timing of one call: CUDA events on a GPU, perf_counter on a CPU.
 
-Book: chapter 6, "What it costs" (chapters/06_what_it_costs.ipynb). Absolute times drift
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). Absolute times drift
 from machine to machine, so the book compares ratios taken in one run (see
 ``relpos_core.bench``).
 """

@@ -1,8 +1,8 @@
 """ALiBi: attention with linear biases, a fixed slope per head times the distance.
 
 Paper: Press, Smith and Lewis (2022), "Train Short, Test Long: Attention with Linear
-Biases Enables Input Length Extrapolation", ICLR 2022. Book: chapter 5, "RoPE and ALiBi,
-and the KV cache" (chapters/05_rope_alibi_and_the_kv_cache.ipynb); ALiBi as T5 without
+Biases Enables Input Length Extrapolation", ICLR 2022. Book: chapter 6, "RoPE and ALiBi",
+and the KV cache" (chapters/06_rope_and_alibi.ipynb); ALiBi as T5 without
 the table in chapter 3, "T5: one scalar per head, looked up by bucket"
 (chapters/03_t5_buckets.ipynb).
 

@@ -2,7 +2,7 @@
 
 Paper: Su, Lu, Pan, Murtadha, Wen and Liu (2021), "RoFormer: Enhanced Transformer with
 Rotary Position Embedding", arXiv:2104.09864.
-Book: chapter 5, "RoPE and ALiBi, and the KV cache" (chapters/05_rope_alibi_and_the_kv_cache.ipynb).
+Book: chapter 6, "RoPE and ALiBi" (chapters/06_rope_and_alibi.ipynb).
 
 Sign convention: ``key_minus_query``. Rotating q_i by angle i*theta and k_j by j*theta gives
 ``(R_i q)^T (R_j k) = q^T R((j - i) theta) k``: the score depends only on ``j - i``
