@@ -1,13 +1,17 @@
 """relpos_core: relative position encodings in transformers, the library behind the relpos book.
 
 Import it as ``import relpos_core as rp``. Layers (see CONTRIBUTING.md):
-``rp.schemes`` (what each method computes), ``rp.kernels`` (how), ``rp.measure``
-(bytes and time), ``rp.figures`` (heatmaps and sliders; plotly and ipywidgets load
-lazily, on first use).
+``rp.schemes`` (what each method computes: each scheme's ``position_term``),
+``rp.terms`` (the pieces a term is made of), ``rp.positions`` (where queries and keys
+sit), ``rp.kernels`` (how: forms and backends), ``rp.attend`` (the one entry point),
+``rp.registry`` (which paths exist), ``rp.measure`` (bytes and time), ``rp.figures``
+(heatmaps and sliders; plotly and ipywidgets load lazily, on first use).
 """
-from . import figures, kernels, measure, offsets, schemes
+from . import figures, kernels, measure, offsets, positions, registry, schemes, terms
+from .attend import attend
 from .attention import attention, attention_weights
 from .offsets import relative_offsets
 
 __version__ = "0.1.0"
-__all__ = ["attention", "attention_weights", "relative_offsets", "offsets", "schemes", "kernels", "measure", "figures"]
+__all__ = ["attend", "attention", "attention_weights", "relative_offsets", "offsets", "positions", "terms",
+           "schemes", "kernels", "registry", "measure", "figures"]

@@ -1,16 +1,20 @@
 """Plain scaled dot-product attention with an optional additive bias: the reference
 every scheme's output is built on (chapter 1).
 
-Kept explicit (no fused kernel) so the book can show each step; the kernel paths in
-``relpos_core.kernels`` compute the same numbers faster.
+Kept explicit (no fused kernel) so the book can show each step; ``rp.attend`` computes
+the same numbers for every scheme on every kernel path. Same rules as there: the queries
+are the last Lq keys under ``causal``, a row whose keys are all masked gets weight 0 (not
+NaN), and the [..., Lq, Lk] scores are checked against the memory budget first.
 """
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
 from ._validate import check_tensor
+from .measure.guard import check_memory
 
 
 def attention_weights(
@@ -31,15 +35,29 @@ def attention_weights(
     check_tensor("k", k, ndim=q.dim(), floating=True, shape={-1: q.shape[-1]})
     if bias is not None:
         check_tensor("bias", bias, floating=True)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., Lq, Lk)
+    if q.shape[-2] < 1 or k.shape[-2] < 1 or q.shape[-1] < 1:
+        raise ValueError(f"q and k must hold at least one query, one key and one feature, got shapes "
+                         f"{tuple(q.shape)} and {tuple(k.shape)}")
+    if k.device != q.device:
+        raise ValueError(f"k must be on q's device {q.device}, got {k.device}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    elif isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < float(scale) < math.inf:
+        raise ValueError(f"scale must be a finite positive number (or None for 1/sqrt(d)), got {scale!r}")
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    check_memory(2 * math.prod(lead) * q.shape[-2] * k.shape[-2] * q.element_size(), what="rp.attention scores",
+                 shape=(*lead, q.shape[-2], k.shape[-2]), dtype=q.dtype,
+                 alternative="rp.attend (fused SDPA or FlexAttention backends)")
+    scores = (q @ k.transpose(-2, -1)) * float(scale)  # (..., Lq, Lk)
     if bias is not None:
         scores = scores + bias
     if causal:
         lq, lk = scores.shape[-2:]
         future = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(lk - lq + 1)  # (Lq, Lk)
         scores = scores.masked_fill(future, float("-inf"))
-    return scores.softmax(dim=-1)
+    probs = scores.softmax(dim=-1)  # (..., Lq, Lk)
+    empty = torch.isneginf(scores).all(dim=-1, keepdim=True)  # rows with no visible key
+    return probs.masked_fill(empty, 0.0) if bool(empty.any()) else probs
 
 
 def attention(q, k, v, *, bias=None, causal=False, scale=None) -> torch.Tensor:

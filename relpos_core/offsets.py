@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from ._validate import check_choice, check_int, check_positive_int, check_tensor
+from .measure.guard import check_memory
 
 CONVENTIONS = ("key_minus_query", "query_minus_key")
 
@@ -48,6 +49,8 @@ def relative_offsets(
     else:
         key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
         k_pos = torch.arange(key_len, device=device)[None, :]  # (1, Lk)
+    check_memory(8 * query_len * k_pos.shape[1], what="relative_offsets", shape=(query_len, k_pos.shape[1]),
+                 dtype=torch.int64)
     q_pos = torch.arange(query_len, device=device)[:, None] + query_offset  # (Lq, 1)
     key_minus_query = k_pos - q_pos  # (Lq, Lk)
     return key_minus_query if convention == "key_minus_query" else -key_minus_query

@@ -1,10 +1,12 @@
-"""How each scheme is computed: one module per kernel path (see CONTRIBUTING.md).
+"""How each scheme is computed (see CONTRIBUTING.md and chapter 8, chapters/08_what_it_costs.ipynb).
 
-``naive`` materialises the [L, L, d] relative tensor or the dense bias; ``gather`` scores
-against the few distinct offsets and indexes; ``skew`` is the Music Transformer reshape;
-``sdpa_bias`` hands a dense bias to ``scaled_dot_product_attention`` and reports the
-backend that ran; ``flex`` computes the bias inside FlexAttention's tile loop.
+Forms (how a scheme's ``PositionTerm`` becomes numbers): ``naive`` (per pair), ``gather``
+(per row or offset, then indexed), ``skew`` (per offset, then a strided view). Backends
+(which attention kernel consumes them): ``eager`` (softmax written out), ``sdpa`` (a dense
+bias as ``attn_mask``), ``flex`` (inside FlexAttention's tile loop). ``relpos_core.attend``
+is the one entry point that validates, guards memory and dispatches to them.
 """
-from . import flex, gather, naive, sdpa_bias, skew
+from . import eager, flex, forms, gather, naive, sdpa, skew
+from .forms import BACKENDS, FORMS
 
-__all__ = ["naive", "gather", "skew", "sdpa_bias", "flex"]
+__all__ = ["forms", "naive", "gather", "skew", "eager", "sdpa", "flex", "FORMS", "BACKENDS"]

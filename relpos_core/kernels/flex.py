@@ -1,77 +1,60 @@
-"""The FlexAttention path: the bias computed inside the tile loop, never materialised.
+"""The FlexAttention backend: the position term computed inside the tile loop, never materialised.
 
 Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb).
 ``torch.nn.attention.flex_attention`` (PyTorch 2.5+) takes a ``score_mod(score, b, h,
-q_idx, kv_idx)`` that edits each logit inside the fused kernel. Factories follow
-attention-gym's ``generate_<name>(...)`` style; each one reads only small tables, so no
-[L, L] tensor exists:
+q_idx, kv_idx)`` that edits each logit inside the fused kernel, and a ``BlockMask`` that
+says which (query block, key block) tiles to compute at all. Here the score_mod is built
+from a scheme's ``PositionTerm`` in one of two forms:
 
-* ``generate_t5_score_mod``: T5 (Raffel et al., 2020) from a 1-D per-offset table
-  [H, Lq + Lk - 1] indexed by kv - q, or clamped [H, 2 max_distance + 1] (exact: offsets
-  beyond max_distance share the last bucket). The H200 anchors: 2.4x the no-bias time at
-  L = 16384, against 11.3x for the seed's recipe ``generate_t5_bucket_ids_score_mod``
-  (an [L, L] bucket-id tensor, kept for comparison) and 33x for log() in the score_mod.
-* ``generate_alibi_score_mod``: ALiBi (Press et al., 2022), slope[h] * (kv - q).
-* ``generate_shaw_key_score_mod``: Shaw et al. (2018), reads q @ a_K^T [B, H, Lq, 2k + 1].
-* ``generate_deberta_score_mod``: DeBERTa (He et al., 2021), c2p and p2c read from
-  [B, H, L, 2S] tables by a 1-D per-offset index.
-* ``generate_transformer_xl_score_mod``: Transformer-XL (Dai et al., 2019) terms
-  (b) + (d) from (q + v) . r_m, one row per relative distance (per query: this one is
-  still [Lq, Lk] in size; see the module notes in the book).
+* ``gather``: it reads small tables by offset: a per-offset bias [H, Lq + Lk - 1] (T5;
+  ALiBi needs none, its slope times the offset is computed in the kernel), per-query
+  scores q @ E^T [B, H, Lq, R] (Shaw's key term, DeBERTa's c2p, Transformer-XL's (b) + (d))
+  or per-key scores k @ E^T [B, H, Lk, R] (DeBERTa's p2c), indexed through a 1-D
+  row-of-offset table. No [Lq, Lk] tensor exists. On an H200 the T5 per-offset table ran
+  at 2.4x the no-bias time at L = 16384 (``../shared/reference``, chapter 8).
+* ``naive``: it reads an [Lq, Lk] index per pair (T5's bucket-id tensor, 11.3x on that
+  H200): kept to measure the difference.
 
-Tables read by a score_mod are fp32 whatever the q/k/v dtype (the anchors: a bf16 T5
-table made the kernel 35x slower than an fp32 one). All run through one shared
-``torch.compile(flex_attention)``; a new closure of the same
-factory at the same shapes reuses the compiled kernel. In torch 2.13 a 4-D table indexed
-with ``clamp`` in the score_mod hits an inductor C++ codegen error on CPU, so the
-per-query tables are indexed as 2-D [B * H * L, columns] (same values).
+Causality is never written into a score_mod: it is a ``BlockMask``, built once per call
+from block arithmetic (no [Lq, Lk] evaluation) for contiguous positions, so the kernel
+skips every tile above the diagonal; explicit positions use ``create_block_mask``.
+Shaw's value term changes the output, not the logits: no score_mod can express it.
 
-Training. FlexAttention has no backward on CPU (torch 2.13 raises "FlexAttention does
-not support backward on CPU" when q/k/v require grad, and an opaque inductor IndexError
-when only a captured table does). The wrappers here therefore check first: on CPU with
-grad needed they warn (``FlexCPUBackwardWarning``) and compute the same attention on the
-dense-bias SDPA path, which is differentiable; on CUDA gradients reach the tables
-through FlexAttention itself.
+Tables a score_mod reads are fp32 whatever the q/k/v dtype (the H200 reference: a bf16 T5
+table made the kernel 35x slower than an fp32 one), and indexed as 2-D (in torch 2.13 a
+4-D table indexed with ``clamp`` hits an inductor C++ codegen error on CPU).
 
-RoPE needs no score_mod: ``rope_sdpa_attention`` (re-exported from ``sdpa_bias``)
-rotates q and k and calls SDPA, which keeps the fused backends.
+Training: FlexAttention has no backward on CPU (torch 2.13 raises "FlexAttention does
+not support backward on CPU"). When gradients are needed on CPU, ``attention`` warns
+(``FlexCPUBackwardWarning``) and computes the same attention on the SDPA backend with the
+same form; on CUDA gradients reach the tables through FlexAttention itself.
 """
 from __future__ import annotations
 
-import math
 import warnings
 
 import torch
 
-from relpos_core._validate import check_choice, check_positive_int, check_tensor
-from relpos_core.kernels import gather, naive, sdpa_bias
-from relpos_core.kernels.naive import check_qkv
-from relpos_core.kernels.sdpa_bias import rope_sdpa_attention  # noqa: F401  (RoPE: no bias, fused SDPA)
+from relpos_core.kernels import gather, sdpa
+from relpos_core.kernels.forms import prepare_qk
+from relpos_core.terms import KeyVectors, QueryVectors, ScalarSlopes, ScalarTable
 
 __all__ = [
     "FlexCPUBackwardWarning",
+    "BLOCK_SIZE",
     "compiled_flex_attention",
-    "flex_attention_call",
-    "generate_t5_score_mod",
-    "generate_t5_bucket_ids_score_mod",
-    "generate_alibi_score_mod",
-    "generate_shaw_key_score_mod",
-    "generate_deberta_score_mod",
-    "generate_transformer_xl_score_mod",
-    "no_bias_attention",
-    "t5_attention",
-    "alibi_attention",
-    "shaw_key_attention",
-    "deberta_attention",
-    "transformer_xl_attention",
-    "rope_sdpa_attention",
+    "causal_block_mask",
+    "full_block_mask",
+    "build_score_mod",
+    "attention",
+    "needs_cpu_fallback",
 ]
 
-T5_FORMS = ("offset", "clamped", "bucket_ids")
+BLOCK_SIZE = 128
 
 
 class FlexCPUBackwardWarning(UserWarning):
-    """FlexAttention cannot backpropagate on CPU; the dense SDPA bias path was used instead."""
+    """FlexAttention cannot backpropagate on CPU; the SDPA backend was used instead."""
 
 
 _COMPILED: list = []
@@ -80,12 +63,10 @@ _COMPILED: list = []
 def compiled_flex_attention():
     """The one shared ``torch.compile(flex_attention)`` (compiled lazily on first use).
 
-    Raises dynamo's recompile limit to at least 64: every score_mod factory and every
-    new sequence length adds a cache entry to the same compiled function, and at the
-    default limit of 8 dynamo would silently fall back to the slow eager path.
-    ``dynamic=False``: each new shape compiles a static kernel. In torch 2.13 the CPU
-    flex template fails to build (C++ codegen error) once automatic dynamic shapes kick
-    in on a recompile, e.g. the same factory with a differently sized table.
+    Raises dynamo's recompile limit to at least 64: every new score_mod structure and every
+    new shape adds a cache entry, and at the default limit of 8 dynamo would silently fall
+    back to the slow eager path. ``dynamic=False``: each shape compiles a static kernel
+    (torch 2.13's dynamic-shape CPU template fails to build: a C++ codegen error).
     """
     if not _COMPILED:
         import torch._dynamo
@@ -99,302 +80,207 @@ def compiled_flex_attention():
     return _COMPILED[0]
 
 
-def _needs_cpu_fallback(q, tensors, path: str) -> bool:
-    """True (with a warning) when grad is needed on CPU, where FlexAttention has no backward."""
+def full_block_mask(query_len: int, key_len: int, device, block_size: int = BLOCK_SIZE):
+    """A BlockMask in which every tile is computed (no masking), built from block counts alone.
+
+    Passed instead of ``block_mask=None``, for which torch 2.13 evaluates a dense
+    [Lq, Lk] mask to build its default one (about 14 bytes per pair on CPU, measured).
+    """
+    from torch.nn.attention.flex_attention import BlockMask
+
+    nq, nk = -(-query_len // block_size), -(-key_len // block_size)
+    kb = torch.arange(nk, device=device, dtype=torch.int32)
+    # a block cut short by the sequence end is "partial" (as create_block_mask has it), the rest full
+    q_whole = (torch.arange(nq, device=device) + 1) * block_size <= query_len  # (nq,)
+    k_whole = (kb.long() + 1) * block_size <= key_len  # (nk,)
+    full = q_whole[:, None] & k_whole[None, :]  # (nq, nk)
+    full_num = full.sum(-1).to(torch.int32)  # (nq,)
+    partial_num = (nk - full_num).to(torch.int32)  # (nq,)
+    # rows with every block full list 0 .. nk - 1; otherwise the partial blocks come first
+    order = torch.argsort(full.to(torch.int8), dim=-1, stable=True).to(torch.int32)  # (nq, nk): partial, then full
+    full_idx = torch.where(full_num[:, None] == nk, kb[None, :], order.flip(-1))  # full blocks first
+    partial_idx = order  # partial blocks first
+
+    def everything(b, h, q_idx, kv_idx):
+        return q_idx >= 0
+
+    return BlockMask.from_kv_blocks(
+        partial_num[None, None], partial_idx[None, None], full_num[None, None], full_idx[None, None],
+        BLOCK_SIZE=block_size, mask_mod=everything, seq_lengths=(query_len, key_len))
+
+
+def causal_block_mask(pos, block_size: int = BLOCK_SIZE):
+    """The BlockMask of ``key_pos <= query_pos``.
+
+    Contiguous positions (key j visible to query i iff j <= i + shift): the block tables
+    come from arithmetic on block indices, O((Lq / block) (Lk / block)) work and memory.
+    A key block is *full* when all of it is visible to the block's first query (and
+    neither block is cut short by the sequence end), *partial* when only some of it is
+    visible to the block's last query. Explicit positions: evaluated with
+    ``create_block_mask`` (an [Lq, Lk] boolean evaluation, counted by the memory guard).
+    """
+    from torch.nn.attention.flex_attention import BlockMask, create_block_mask
+
+    Lq, Lk, dev = pos.query_len, pos.key_len, pos.query.device
+    if not pos.contiguous:
+        qp, kp = pos.query, pos.key
+
+        def visible(b, h, q_idx, kv_idx):
+            return kp[kv_idx] <= qp[q_idx]
+
+        return create_block_mask(visible, None, None, Lq, Lk, device=dev, BLOCK_SIZE=block_size)
+    shift = pos.shift
+    nq, nk = -(-Lq // block_size), -(-Lk // block_size)
+    qb = torch.arange(nq, device=dev)  # (nq,)
+    q_first = qb * block_size  # first query of each block
+    q_last = torch.clamp(q_first + block_size - 1, max=Lq - 1)  # last query of each block
+    kb = torch.arange(nk, device=dev)  # (nk,)
+    k_last = (kb + 1) * block_size - 1  # last key of each block
+    k_first = kb * block_size
+    any_visible = k_first[None, :] <= (q_last[:, None] + shift)  # (nq, nk)
+    all_visible = k_last[None, :] <= (q_first[:, None] + shift)  # (nq, nk)
+    # as create_block_mask does, a block cut short by the sequence end is never "full"
+    all_visible &= ((kb + 1) * block_size <= Lk)[None, :] & ((qb + 1) * block_size <= Lq)[:, None]
+    partial = any_visible & ~all_visible  # (nq, nk)
+    # visible blocks of a row are a prefix 0 .. n-1: full ones first, then the partial ones
+    full_num = all_visible.sum(-1).to(torch.int32)  # (nq,)
+    partial_num = partial.sum(-1).to(torch.int32)  # (nq,)
+    cols = kb[None, :].expand(nq, nk)  # (nq, nk)
+    full_idx = cols.to(torch.int32)  # full blocks 0 .. full_num - 1 lead each row
+    partial_idx = (cols + full_num[:, None].long()).clamp(max=nk - 1).to(torch.int32)  # then the partial ones
+
+    def visible(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + shift
+
+    return BlockMask.from_kv_blocks(
+        partial_num[None, None], partial_idx[None, None], full_num[None, None], full_idx[None, None],
+        BLOCK_SIZE=block_size, mask_mod=visible, seq_lengths=(Lq, Lk))
+
+
+def _offset_function(pos):
+    """(q_idx, kv_idx) -> key_pos - query_pos, inside the kernel."""
+    if pos.contiguous:
+        shift = torch.tensor(pos.shift, device=pos.query.device)  # 0-d: no recompile when it changes
+
+        def offset(q_idx, kv_idx):
+            return kv_idx - q_idx - shift
+
+        return offset
+    qp, kp = pos.query, pos.key
+
+    def offset(q_idx, kv_idx):
+        return kp[kv_idx] - qp[q_idx]
+
+    return offset
+
+
+def build_score_mod(term, form: str, q, k, pos, *, causal_in_score_mod: bool = False):
+    """The score_mod adding every logit term of ``term`` (None when it has none and nothing is masked).
+
+    q (B, H, Lq, d) is the query used by position terms (rotated, unshifted), k (B, H, Lk, d).
+    Vector-term tables are multiplied by the term's scale; scalar terms are not.
+    ``causal_in_score_mod`` writes -inf for keys after the query into the score instead
+    of leaving causality to a BlockMask: the same numbers, but no tile can be skipped
+    (kept to measure what block skipping saves; ``attention(..., block_skipping=False)``).
+    """
+    if not term.has_logit_terms and not causal_in_score_mod:
+        return None
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    scale = term.logit_scale(d)
+    offset_of = _offset_function(pos)
+    lo = torch.tensor(pos.min_offset, device=q.device)  # 0-d
+    per_pair = pos.offsets() if form == "naive" else None  # (Lq, Lk) int64: the naive form reads one per pair
+    adders = []
+    for piece in term.query_vectors + term.key_vectors:
+        side = "query" if isinstance(piece, QueryVectors) else "key"
+        x = q if side == "query" else k
+        if side == "query" and piece.shift is not None:
+            x = x + piece.shift[None, :, None, :].to(x.dtype)
+        n = Lq if side == "query" else Lk
+        table = (gather.per_row_scores(x.float(), piece.table.float()) * scale).reshape(B * H * n, -1)  # (B H n, R)
+        if per_pair is not None:
+            adders.append(_pair_reader(table, piece.rows(per_pair.clone()), side, H, n))
+        else:
+            lut = piece.rows(torch.arange(pos.min_offset, pos.max_offset + 1, device=q.device))  # (R_off,)
+            adders.append(_offset_reader(table, lut, lo, side, H, n))
+    for piece in term.scalars:
+        if isinstance(piece, ScalarSlopes):
+            adders.append(_slopes_reader(piece, per_pair))
+        elif isinstance(piece, ScalarTable) and per_pair is not None:
+            ids = piece.ids(per_pair.clone())  # (Lq, Lk) the bucket-id tensor
+            table = piece.table.float().contiguous()  # (H, n)
+            adders.append(lambda b, h, qi, ki, off, t=table, ids=ids: t[h, ids[qi, ki]])
+        else:
+            vals = gather.per_offset_values(piece, pos).contiguous()  # (H, R_off) fp32
+            adders.append(lambda b, h, qi, ki, off, t=vals: t[h, off - lo])
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        off = offset_of(q_idx, kv_idx)
+        for add in adders:
+            score = score + add(b, h, q_idx, kv_idx, off)
+        if causal_in_score_mod:
+            score = torch.where(off <= 0, score, -float("inf"))
+        return score
+
+    return score_mod
+
+
+def _offset_reader(table, lut, lo, side, H, n):
+    if side == "query":
+        return lambda b, h, qi, ki, off: table[(b * H + h) * n + qi, lut[off - lo]]
+    return lambda b, h, qi, ki, off: table[(b * H + h) * n + ki, lut[off - lo]]
+
+
+def _pair_reader(table, rows, side, H, n):
+    if side == "query":
+        return lambda b, h, qi, ki, off: table[(b * H + h) * n + qi, rows[qi, ki]]
+    return lambda b, h, qi, ki, off: table[(b * H + h) * n + ki, rows[qi, ki]]
+
+
+def _slopes_reader(piece, per_pair):
+    slopes = piece.slopes.float().contiguous()  # (H,)
+    if per_pair is None:
+        if piece.symmetric:
+            return lambda b, h, qi, ki, off: -slopes[h] * off.abs()
+        return lambda b, h, qi, ki, off: slopes[h] * off
+    if piece.symmetric:
+        return lambda b, h, qi, ki, off: -slopes[h] * per_pair[qi, ki].abs()
+    return lambda b, h, qi, ki, off: slopes[h] * per_pair[qi, ki]
+
+
+def needs_cpu_fallback(q, k, v, term) -> bool:
+    """True when gradients are needed on CPU, where FlexAttention has no backward."""
     if q.device.type != "cpu" or not torch.is_grad_enabled():
         return False
-    if not any(t is not None and t.requires_grad for t in tensors):
-        return False
-    warnings.warn(
-        f"FlexAttention has no backward on CPU (torch {torch.__version__}); {path} computes the same "
-        f"attention with a dense bias through SDPA so gradients reach the tables. This costs an "
-        f"[H, Lq, Lk] tensor; on CUDA the FlexAttention path trains without it.",
-        FlexCPUBackwardWarning, stacklevel=3)
-    return True
+    tensors = [q, k, v] + [t for _, t in term.tensors()]
+    return any(t.requires_grad for t in tensors)
 
 
-def flex_attention_call(q, k, v, score_mod=None, *, scale=None, compiled: bool = True,
-                        kernel_options: dict | None = None) -> torch.Tensor:
-    """flex_attention(q, k, v, score_mod) through the shared compiled function; (B, H, Lq, d).
+def attention(q, k, v, term, *, form: str, pos, causal: bool, compiled: bool = True,
+              kernel_options: dict | None = None, block_skipping: bool = True) -> torch.Tensor:
+    """(B, H, Lq, d) output; arguments already validated by ``relpos_core.attend``.
 
-    Sign convention: whatever ``score_mod`` uses (the factories say). ``compiled=False``
-    runs the eager reference implementation (slow; for checking). On CPU with inputs
-    that require grad this raises ``NotImplementedError`` with an explanation (use the
-    scheme wrappers below, which fall back to SDPA).
+    ``block_skipping=False`` (causal only) masks inside the score_mod and computes every
+    tile: the comparison the benchmark makes against the BlockMask default.
     """
-    B, H, Lq, Lk, d = check_qkv(q, k, v)
-    check_choice("compiled", compiled, (False, True))
-    if score_mod is not None and not callable(score_mod):
-        raise ValueError(f"score_mod must be callable or None, got {type(score_mod).__name__}")
-    scale = naive._scale(scale, d)
-    if q.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError(
-            "FlexAttention has no backward on CPU: q, k or v requires grad. Run under torch.no_grad(), "
-            "move to CUDA, or use relpos_core.kernels.sdpa_bias (dense bias, differentiable)")
+    if needs_cpu_fallback(q, k, v, term):
+        warnings.warn(
+            f"FlexAttention has no backward on CPU (torch {torch.__version__}); computing the same attention on "
+            f"the SDPA backend (form {form!r}) so gradients reach the tables. This materialises a dense "
+            f"[B|1, H, Lq, Lk] bias; on CUDA the flex backend trains without it.", FlexCPUBackwardWarning, stacklevel=3)
+        return sdpa.attention(q, k, v, term, form=form, pos=pos, causal=causal)
+    q_content, q_pos, k = prepare_qk(q, k, term, pos)
+    in_score_mod = causal and not block_skipping
+    score_mod = build_score_mod(term, form, q_pos, k, pos, causal_in_score_mod=in_score_mod)
+    if causal and block_skipping:
+        block_mask = causal_block_mask(pos)
+    else:
+        block_mask = full_block_mask(pos.query_len, pos.key_len, q.device)
     if compiled:
         fn = compiled_flex_attention()
     else:
         from torch.nn.attention.flex_attention import flex_attention as fn
-    kwargs = {"kernel_options": kernel_options} if kernel_options else {}
-    return fn(q, k, v, score_mod=score_mod, scale=scale, **kwargs)  # (B, H, Lq, d)
-
-
-# ----------------------------------------------------------------------------- score_mod factories
-
-
-def generate_t5_score_mod(offset_table, *, min_offset: int, max_offset: int):
-    """T5 bias from a 1-D per-offset table: score + table[h, clamp(kv - q, lo, hi) - lo].
-
-    Sign convention: ``key_minus_query`` (kv - q). offset_table (H, max_offset -
-    min_offset + 1): column c holds the bias of offset min_offset + c. Unclamped
-    (min = -(Lq - 1), max = Lk - 1) or clamped to +-max_distance (see
-    ``relpos_core.kernels.gather.t5_offset_table``).
-    """
-    check_tensor("offset_table", offset_table, ndim=2, floating=True)
-    if not isinstance(min_offset, int) or not isinstance(max_offset, int) or max_offset < min_offset:
-        raise ValueError(f"min_offset <= max_offset must be integers, got {min_offset!r}, {max_offset!r}")
-    if offset_table.shape[1] != max_offset - min_offset + 1:
-        raise ValueError(f"offset_table must have max_offset - min_offset + 1 = {max_offset - min_offset + 1} "
-                         f"columns, got shape {tuple(offset_table.shape)}")
-    lo, hi = min_offset, max_offset
-
-    def t5_score_mod(score, b, h, q_idx, kv_idx):
-        return score + offset_table[h, (kv_idx - q_idx).clamp(lo, hi) - lo]
-
-    return t5_score_mod
-
-
-def generate_t5_bucket_ids_score_mod(rel_bias, bucket_ids):
-    """The seed's recipe: score + rel_bias[h, bucket_ids[q, kv]] with an [Lq, Lk] id tensor.
-
-    Sign convention: ``key_minus_query`` (bucket_ids[i, j] = bucket(j - i)). rel_bias
-    (H, num_buckets). Kept to measure against the per-offset form.
-    """
-    check_tensor("rel_bias", rel_bias, ndim=2, floating=True)
-    check_tensor("bucket_ids", bucket_ids, ndim=2, floating=False)
-
-    def t5_bucket_ids_score_mod(score, b, h, q_idx, kv_idx):
-        return score + rel_bias[h, bucket_ids[q_idx, kv_idx]]
-
-    return t5_bucket_ids_score_mod
-
-
-def generate_alibi_score_mod(slopes, *, causal: bool = True):
-    """ALiBi: score + slopes[h] * (kv - q) = score - m_h (i - j); -inf for kv > q when causal.
-
-    Sign convention: ``query_minus_key`` distance i - j (the bias is -m_h (i - j));
-    bidirectional: score - m_h |i - j|. slopes (H,).
-    """
-    check_tensor("slopes", slopes, ndim=1, floating=True)
-    check_choice("causal", causal, (False, True))
-    if causal:
-        def alibi_score_mod(score, b, h, q_idx, kv_idx):
-            rel = kv_idx - q_idx  # j - i <= 0 for visible keys
-            return torch.where(rel <= 0, score + slopes[h] * rel, -float("inf"))
-    else:
-        def alibi_score_mod(score, b, h, q_idx, kv_idx):
-            return score - slopes[h] * (kv_idx - q_idx).abs()
-    return alibi_score_mod
-
-
-def generate_shaw_key_score_mod(qa, *, max_relative_position: int, num_heads: int, query_len: int,
-                                causal: bool = False):
-    """Shaw key term: score + qa[b, h, q, clamp(kv - q, -k, k) + k], qa = q @ a_K^T (pre-scaled).
-
-    Sign convention: ``key_minus_query`` (kv - q). qa is passed flattened as
-    (B * H * Lq, 2k + 1) (row (b H + h) Lq + q). causal: -inf for kv > q.
-    """
-    kmax = check_positive_int("max_relative_position", max_relative_position)
-    H = check_positive_int("num_heads", num_heads)
-    Lq = check_positive_int("query_len", query_len)
-    check_tensor("qa", qa, ndim=2, floating=True, shape={1: 2 * kmax + 1})
-    if causal:
-        def shaw_score_mod(score, b, h, q_idx, kv_idx):
-            rel = kv_idx - q_idx
-            out = score + qa[(b * H + h) * Lq + q_idx, rel.clamp(-kmax, kmax) + kmax]
-            return torch.where(rel <= 0, out, -float("inf"))
-    else:
-        def shaw_score_mod(score, b, h, q_idx, kv_idx):
-            return score + qa[(b * H + h) * Lq + q_idx, (kv_idx - q_idx).clamp(-kmax, kmax) + kmax]
-    return shaw_score_mod
-
-
-def generate_deberta_score_mod(c2p_table, p2c_table, offset_index, *, num_heads: int, query_len: int,
-                               key_len: int):
-    """DeBERTa: score + c2p_table[b, h, q, idx] + p2c_table[b, h, kv, idx], idx = offset_index[q - kv + Lk - 1].
-
-    Sign convention: ``query_minus_key`` (q - kv). c2p_table flattened (B * H * Lq, 2S),
-    p2c_table flattened (B * H * Lk, 2S), both pre-scaled; offset_index (Lq + Lk - 1,)
-    int64: the table column of each offset i - j (clamp(rel + S, 0, 2S - 1), rel
-    possibly log-bucketed). Never an [Lq, Lk] tensor.
-    """
-    H = check_positive_int("num_heads", num_heads)
-    Lq = check_positive_int("query_len", query_len)
-    Lk = check_positive_int("key_len", key_len)
-    check_tensor("c2p_table", c2p_table, ndim=2, floating=True)
-    check_tensor("p2c_table", p2c_table, ndim=2, floating=True, shape={1: c2p_table.shape[1]})
-    check_tensor("offset_index", offset_index, ndim=1, floating=False, shape={0: Lq + Lk - 1})
-
-    def deberta_score_mod(score, b, h, q_idx, kv_idx):
-        idx = offset_index[q_idx - kv_idx + (Lk - 1)]
-        bh = b * H + h
-        return score + c2p_table[bh * Lq + q_idx, idx] + p2c_table[bh * Lk + kv_idx, idx]
-
-    return deberta_score_mod
-
-
-def generate_transformer_xl_score_mod(bd_table, *, num_heads: int, query_len: int, key_len: int):
-    """Transformer-XL (b) + (d): score + bd[b, h, q, Lq - 1 - q + kv], causal.
-
-    Sign convention: ``query_minus_key``: relative row m = Lq - 1 - q + kv holds distance
-    (Lk - Lq) + q - kv (rows for distances Lk - 1 .. 0); keys with kv > q + (Lk - Lq) get
-    -inf. bd_table flattened (B * H * Lq, Lk) = (q + v) . r_m, pre-scaled.
-    """
-    H = check_positive_int("num_heads", num_heads)
-    Lq = check_positive_int("query_len", query_len)
-    Lk = check_positive_int("key_len", key_len)
-    check_tensor("bd_table", bd_table, ndim=2, floating=True, shape={1: Lk})
-
-    def transformer_xl_score_mod(score, b, h, q_idx, kv_idx):
-        row = kv_idx - q_idx + (Lq - 1)
-        val = score + bd_table[(b * H + h) * Lq + q_idx, row.clamp(0, Lk - 1)]
-        return torch.where(row <= Lk - 1, val, -float("inf"))
-
-    return transformer_xl_score_mod
-
-
-# ----------------------------------------------------------------------------- scheme wrappers
-
-
-def no_bias_attention(q, k, v, *, scale=None, compiled: bool = True) -> torch.Tensor:
-    """The ceiling: FlexAttention with no score_mod; returns (B, H, Lq, d)."""
-    return flex_attention_call(q, k, v, None, scale=scale, compiled=compiled)
-
-
-def t5_attention(q, k, v, table, *, bidirectional: bool = True, max_distance: int = 128, scale=None,
-                 form: str = "offset", compiled: bool = True, kernel_options: dict | None = None) -> torch.Tensor:
-    """T5 through FlexAttention; ``form`` "offset" (default, [H, Lq + Lk - 1]), "clamped"
-    ([H, 2 max_distance + 1]) or "bucket_ids" (the seed's [Lq, Lk] id tensor).
-
-    Sign convention: ``key_minus_query``. table (num_buckets, H), learnable or not: on CPU
-    with grad needed it warns and uses ``sdpa_bias.t5_attention``. T5 itself uses
-    ``scale=1.0``; default 1/sqrt(d). Returns (B, H, Lq, d).
-    """
-    B, H, Lq, Lk, d = check_qkv(q, k, v)
-    check_tensor("table", table, ndim=2, floating=True, shape={1: H})
-    check_choice("form", form, T5_FORMS)
-    M = check_positive_int("max_distance", max_distance)
-    if _needs_cpu_fallback(q, (q, k, v, table), "flex.t5_attention"):
-        return sdpa_bias.t5_attention(q, k, v, table.to(q.dtype), bidirectional=bidirectional, max_distance=M,
-                                      scale=scale)
-    if form == "bucket_ids":
-        from relpos_core.schemes.t5 import t5_relative_bucket
-        from relpos_core.offsets import relative_offsets
-
-        naive._guard_dense("flex T5 bucket-id tensor", 1, 1, Lq, Lk, torch.int64, "t5", k=M)
-        ids = t5_relative_bucket(relative_offsets(Lq, Lk, device=q.device), bidirectional=bidirectional,
-                                 num_buckets=table.shape[0], max_distance=M)  # (Lq, Lk)
-        mod = generate_t5_bucket_ids_score_mod(table.transpose(0, 1).float().contiguous(), ids)
-    else:
-        clamped = form == "clamped"
-        per_offset = gather.t5_offset_table(table.float(), Lq, Lk, bidirectional=bidirectional, max_distance=M,
-                                            clamped=clamped).contiguous()  # (H, R) fp32
-        lo, hi = (-M, M) if clamped else (-(Lq - 1), Lk - 1)
-        mod = generate_t5_score_mod(per_offset, min_offset=lo, max_offset=hi)
-    return flex_attention_call(q, k, v, mod, scale=scale, compiled=compiled, kernel_options=kernel_options)
-
-
-def alibi_attention(q, k, v, *, causal: bool = True, scale=None, compiled: bool = True) -> torch.Tensor:
-    """ALiBi through FlexAttention (slopes from ``schemes.alibi``); returns (B, H, Lq, d).
-
-    Sign convention: ``query_minus_key`` (bias -m_h (i - j)).
-    """
-    B, H, Lq, Lk, d = check_qkv(q, k, v)
-    check_choice("causal", causal, (False, True))
-    if _needs_cpu_fallback(q, (q, k, v), "flex.alibi_attention"):
-        return sdpa_bias.alibi_attention(q, k, v, causal=causal, scale=scale)
-    from relpos_core.schemes.alibi import alibi_slopes
-
-    slopes = alibi_slopes(H).to(q.device)  # (H,) fp32
-    return flex_attention_call(q, k, v, generate_alibi_score_mod(slopes, causal=causal), scale=scale,
-                               compiled=compiled)
-
-
-def shaw_key_attention(q, k, v, *, rel_key, max_relative_position: int, causal: bool = False,
-                       compiled: bool = True) -> torch.Tensor:
-    """Shaw key term through FlexAttention, reading q @ a_K^T [B, H, L, 2k + 1].
-
-    Sign convention: ``key_minus_query``. Self-attention, scale 1/sqrt(d); returns (B, H, L, d).
-    """
-    B, H, Lq, Lk, d = check_qkv(q, k, v)
-    kmax = check_positive_int("max_relative_position", max_relative_position)
-    check_choice("causal", causal, (False, True))
-    naive._check_shaw_table("rel_key", rel_key, kmax, d, q.dtype)
-    if Lq != Lk:
-        raise ValueError(f"k must have the same length as q (self-attention, Lq == Lk = {Lq}), got Lk = {Lk}")
-    if _needs_cpu_fallback(q, (q, k, v, rel_key), "flex.shaw_key_attention"):
-        return sdpa_bias.shaw_key_attention(q, k, v, rel_key=rel_key, max_relative_position=kmax, causal=causal)
-    scale = 1.0 / math.sqrt(d)
-    qa = (q.float() @ rel_key.float().transpose(0, 1)) * scale  # (B, H, Lq, 2k + 1) fp32, pre-scaled
-    mod = generate_shaw_key_score_mod(qa.reshape(B * H * Lq, 2 * kmax + 1), max_relative_position=kmax,
-                                      num_heads=H, query_len=Lq, causal=causal)
-    return flex_attention_call(q, k, v, mod, scale=scale, compiled=compiled)
-
-
-def deberta_attention(q, k, v, pos_key, pos_query, *, att_span: int, relative_pos=None, compiled: bool = True,
-                      kernel_options: dict | None = None) -> torch.Tensor:
-    """DeBERTa c2p + p2c through FlexAttention from [B, H, L, 2S] tables; (B, H, Lq, d).
-
-    Sign convention: ``query_minus_key``. relative_pos (Lq, Lk) i - j, default unbucketed;
-    it must depend on i - j only (true of DeBERTa's log buckets), since only its
-    Lq + Lk - 1 distinct offsets are kept. Scale 1/sqrt(3d).
-    """
-    B, H, Lq, Lk, d = check_qkv(q, k, v)
-    S = check_positive_int("att_span", att_span)
-    for name, t in (("pos_key", pos_key), ("pos_query", pos_query)):
-        check_tensor(name, t, ndim=3, floating=True, dtype=q.dtype, shape={0: H, 1: 2 * S, 2: d})
-    if relative_pos is not None:
-        check_tensor("relative_pos", relative_pos, ndim=2, floating=False, shape={0: Lq, 1: Lk})
-    if _needs_cpu_fallback(q, (q, k, v, pos_key, pos_query), "flex.deberta_attention"):
-        return sdpa_bias.deberta_attention(q, k, v, pos_key, pos_query, att_span=S, relative_pos=relative_pos)
-    if relative_pos is None:  # unbucketed: the offset itself, no [Lq, Lk] tensor at all
-        rel_of_offset = torch.arange(-(Lk - 1), Lq, device=q.device)  # (Lq + Lk - 1,) i - j
-    else:
-        rel_of_offset = _rel_by_offset(relative_pos.to(q.device), Lq, Lk)  # (Lq + Lk - 1,) at offsets -(Lk-1) .. Lq-1
-    offset_index = (rel_of_offset + S).clamp(0, 2 * S - 1)  # (Lq + Lk - 1,) table column
-    scale = 1.0 / math.sqrt(3 * d)
-    c2p_table = (q.float() @ pos_key.float().transpose(-1, -2)) * scale  # (B, H, Lq, 2S) fp32
-    p2c_table = (k.float() @ pos_query.float().transpose(-1, -2)) * scale  # (B, H, Lk, 2S) fp32
-    mod = generate_deberta_score_mod(c2p_table.reshape(B * H * Lq, 2 * S), p2c_table.reshape(B * H * Lk, 2 * S),
-                                     offset_index, num_heads=H, query_len=Lq, key_len=Lk)
-    return flex_attention_call(q, k, v, mod, scale=scale, compiled=compiled, kernel_options=kernel_options)
-
-
-def _rel_by_offset(rel, Lq: int, Lk: int) -> torch.Tensor:
-    """Value of rel at each offset i - j = -(Lk - 1) .. Lq - 1, read from row 0 and column 0.
-
-    Offset o = i - j <= 0 appears at (0, -o) in row 0; o > 0 at (o, 0) in column 0.
-    """
-    neg = rel[0, :].flip(0)  # (Lk,): offsets -(Lk - 1) .. 0
-    pos = rel[1:, 0]  # (Lq - 1,): offsets 1 .. Lq - 1
-    return torch.cat([neg, pos]).long()  # (Lq + Lk - 1,)
-
-
-def transformer_xl_attention(q, k, v, r_k, u, v_bias, *, compiled: bool = True) -> torch.Tensor:
-    """Transformer-XL through FlexAttention: (q + u) against k, (b) + (d) in the score_mod.
-
-    Sign convention: ``query_minus_key``. r_k (H, Lk, d) rows for distances Lk-1 .. 0;
-    u, v_bias (H, d); causal. Scale 1/sqrt(d). Returns (B, H, Lq, d).
-    """
-    B, H, Lq, Lk, d = check_qkv(q, k, v)
-    check_tensor("r_k", r_k, ndim=3, floating=True, dtype=q.dtype, shape={0: H, 1: Lk, 2: d})
-    check_tensor("u", u, ndim=2, floating=True, dtype=q.dtype, shape={0: H, 1: d})
-    check_tensor("v_bias", v_bias, ndim=2, floating=True, dtype=q.dtype, shape={0: H, 1: d})
-    if Lq > Lk:
-        raise ValueError(f"q must have query_len <= key_len = {Lk}, got {Lq}")
-    if _needs_cpu_fallback(q, (q, k, v, r_k, u, v_bias), "flex.transformer_xl_attention"):
-        return sdpa_bias.transformer_xl_attention(q, k, v, r_k, u, v_bias)
-    scale = 1.0 / math.sqrt(d)
-    bd = ((q + v_bias[None, :, None, :]).float() @ r_k.float().transpose(-2, -1)) * scale  # (B, H, Lq, Lk) fp32
-    mod = generate_transformer_xl_score_mod(bd.reshape(B * H * Lq, Lk), num_heads=H, query_len=Lq, key_len=Lk)
-    return flex_attention_call(q + u[None, :, None, :], k, v, mod, scale=scale, compiled=compiled)
+    extra = {"kernel_options": kernel_options} if kernel_options else {}
+    return fn(q_content, k, v, score_mod=score_mod, block_mask=block_mask,
+              scale=term.logit_scale(q.shape[-1]), **extra)  # (B, H, Lq, d)

@@ -1,125 +1,184 @@
-"""The skew path: relative logits by a pad-and-reshape instead of a gather.
+"""The skew form: relative logits by reinterpreting memory instead of indexing it.
 
 Book: chapter 2, "Shaw et al. and the Music Transformer's skew"
-(chapters/02_shaw_and_skew.ipynb). Music Transformer (Huang et al., 2018) computes Q E^T
-against one embedding per distance, pads a zero column, reinterprets the buffer and
-drops a row: entry (i, j) then holds q_i against distance j - i. Extra memory O(L^2),
-not O(L^2 d). The reshape itself is ``relpos_core.schemes.music_transformer.skew``
-(reused here, not rewritten); Transformer-XL's ``rel_shift`` (Dai et al., 2019) is the
-same trick in the ``query_minus_key`` layout.
+(chapters/02_shaw_and_skew.ipynb); costs in chapter 8 (chapters/08_what_it_costs.ipynb).
 
-* ``relative_logits``: the Music Transformer logits (causal: rel_emb has L rows;
-  bidirectional: 2L - 1 rows).
-* ``shaw_key_logits`` / ``shaw_attention``: Shaw's clipped table expanded to one row
-  per distance ((2L - 1, d), or (L, d) causal), then skewed. The skew needs Lq == Lk.
-* ``transformer_xl_position_logits``: terms (b) + (d) as rel_shift((q + v) r^T).
+The Music Transformer (Huang et al., 2018) computes Q E^T against one embedding per
+*distance*, pads a zero column, reinterprets the buffer and drops a row: entry (i, j) then
+holds q_i against distance j - i, with O(L^2) extra memory instead of O(L^2 d) and no
+index tensor. Transformer-XL's ``rel_shift`` (Dai et al., 2019) is the same trick for a
+query block at the end of a longer key sequence, and the one-reshape bidirectional form
+is the ``rel_shift`` of Conformer / ESPnet (Gulati et al., 2020). Three reshapes, as the
+papers' code has them, then the form the kernel paths use:
+
+* ``skew``: Huang et al.'s causal skew, (..., L, L) query-vs-distance -> query-vs-key;
+* ``rel_shift``: Transformer-XL's, (..., Lq, Lk) with the queries the last Lq keys;
+* ``rel_shift_bidirectional``: the Conformer / ESPnet one, (..., L, 2L - 1) -> (..., L, L);
+* ``skew_view``: the general form as a strided *view* (no pad, no copy): per-offset
+  scores (..., Lq, Lq + Lk - 1) seen as (..., Lq, Lk). Entry (i, j) must read column
+  j - i + Lq - 1 of row i, i.e. flat element i (R - 1) + j + (Lq - 1) with R = Lq + Lk - 1:
+  a row stride of R - 1 instead of R, which is what shifts each row one step left.
+
+``vector_logits`` and ``value_output`` are the kernel form (same interface as ``naive``
+and ``gather``): they need contiguous positions (the offsets must form one run) and have
+no scalar-bias form (T5 and ALiBi use ``gather``). Offsets are ``key_minus_query``.
 """
 from __future__ import annotations
 
-import math
-
 import torch
+import torch.nn.functional as F
 
-from relpos_core._validate import check_choice, check_positive_int, check_tensor
-from relpos_core.kernels.naive import _check_shaw_table, _guard_dense, check_qkv
-from relpos_core.measure.analytic import analytic_bytes
-from relpos_core.measure.guard import check_memory
+from relpos_core._validate import check_tensor
 
-__all__ = ["relative_logits", "shaw_key_logits", "shaw_attention", "transformer_xl_position_logits"]
+__all__ = [
+    "skew",
+    "rel_shift",
+    "rel_shift_bidirectional",
+    "skew_view",
+    "vector_logits",
+    "value_output",
+    "scalar_bias",
+    "per_offset_table",
+]
+
+_ANY_RANK = tuple(range(2, 9))
 
 
-def relative_logits(q, rel_emb, *, causal: bool) -> torch.Tensor:
-    """Music Transformer relative logits q_i . E[j - i + L - 1] by the skew.
+def skew(qe: torch.Tensor) -> torch.Tensor:
+    """Huang et al.'s skew: (..., L, L) "query vs distance" -> (..., L, L) "query vs key".
 
-    Sign convention: ``key_minus_query`` (row r of rel_emb embeds distance r - (L - 1)).
-    q (..., L, d); rel_emb (L, d) when causal (distances -(L-1)..0; entries j > i are
-    junk, mask them), (2L - 1, d) otherwise. Returns (..., L, L).
+    Sign convention: ``key_minus_query``. Input column r of row i is query i against
+    distance r - (L - 1) (distances -(L-1)..0). Output (i, j) is query i against distance
+    j - i for j <= i; entries with j > i are junk (a decoder masks them).
+
+    After padding, row i reads [0, qe[i, 0], ..., qe[i, L-1]] (length L + 1). Output (i, j)
+    is flat element (i + 1) L + j = i (L + 1) + (L + j - i) of the padded buffer: padded
+    row i, column L + j - i, which is qe[i, L - 1 + j - i] whenever j <= i.
     """
-    check_tensor("q", q, ndim=tuple(range(2, 9)), floating=True)
-    check_choice("causal", causal, (False, True))
-    L, d = q.shape[-2], q.shape[-1]
-    check_tensor("rel_emb", rel_emb, ndim=2, floating=True, dtype=q.dtype, shape={1: d})
-    want = L if causal else 2 * L - 1
-    if rel_emb.shape[0] != want:
-        raise ValueError(
-            f"rel_emb must have {'L' if causal else '2L - 1'} = {want} rows for the {'causal' if causal else 'bidirectional'} "
-            f"skew at sequence length L = {L} (one row per distance), got {rel_emb.shape[0]} rows; "
-            f"for a clipped table use shaw_key_logits, for Lq != Lk use the gather path")
-    lead = math.prod(q.shape[:-2])
-    need = analytic_bytes("skew", "shaw", 1, lead, L, L, d, 1, q.dtype)  # qe and its padded copy
-    check_memory(need, what="skew relative logits", shape=(*q.shape[:-2], L, 2 * L - 1), dtype=q.dtype,
-                 alternative="the FlexAttention path (relpos_core.kernels.flex.shaw_key_attention)",
-                 alternative_bytes=analytic_bytes("flex", "shaw", 1, lead, L, L, d, L, q.dtype))
-    from relpos_core.schemes import music_transformer as mt
-
-    if causal:
-        return mt.relative_logits_causal_skew(q, rel_emb)  # (..., L, L)
-    return mt.relative_logits_bidirectional_skew(q, rel_emb)  # (..., L, L)
+    check_tensor("qe", qe, ndim=_ANY_RANK)
+    *lead, L, L2 = qe.shape
+    if L != L2:
+        raise ValueError(f"qe must be square in its last two dimensions (L, L), got shape {tuple(qe.shape)}")
+    padded = F.pad(qe, (1, 0))  # (..., L, L + 1), zero column on the left
+    padded = padded.reshape(*lead, L + 1, L)  # (..., L + 1, L), same memory reinterpreted
+    return padded[..., 1:, :]  # (..., L, L), drop the first row
 
 
-def _expand_clipped(rel_key, kmax: int, L: int, causal: bool) -> torch.Tensor:
-    """Shaw's (2k + 1, d) table as one row per distance r - (L - 1): (2L - 1, d) or (L, d)."""
-    n = L if causal else 2 * L - 1
-    dist = torch.arange(n, device=rel_key.device) - (L - 1)  # (n,) distances j - i
-    return rel_key[dist.clamp(-kmax, kmax) + kmax]  # (n, d)
+def rel_shift(x: torch.Tensor) -> torch.Tensor:
+    """Transformer-XL's _rel_shift: "query vs relative row" -> "query vs key".
 
-
-def shaw_key_logits(q, rel_key, *, max_relative_position: int, causal: bool = False) -> torch.Tensor:
-    """Unscaled Shaw key term q_i . a_K[clip(j - i, -k, k) + k] by the skew.
-
-    Sign convention: ``key_minus_query``. q (B, H, L, d), rel_key (2k + 1, d); the skew
-    needs a square score matrix (Lq == Lk == L). causal: entries j > i are junk.
-    Returns (B, H, L, L).
+    Sign convention: ``query_minus_key``. x[..., i, r] scores query i against relative row
+    r, i.e. distance Lk - 1 - r. Output y[..., i, j] = x[..., i, Lq - 1 + j - i], the score
+    at distance (Lk - Lq) + i - j, for every j <= i + (Lk - Lq); other entries are junk
+    (removed by the causal mask). Pad a zero column on the left, reinterpret (Lq, Lk + 1)
+    as (Lk + 1, Lq), drop the first row, reinterpret as (Lq, Lk). Requires Lq <= Lk.
     """
-    check_tensor("q", q, ndim=4, floating=True)
-    L, d = q.shape[-2], q.shape[-1]
-    kmax = check_positive_int("max_relative_position", max_relative_position)
-    check_choice("causal", causal, (False, True))
-    _check_shaw_table("rel_key", rel_key, kmax, d, q.dtype)
-    table = _expand_clipped(rel_key, kmax, L, causal)  # (L or 2L - 1, d)
-    return relative_logits(q, table, causal=causal)  # (B, H, L, L)
-
-
-def shaw_attention(q, k, v, *, rel_key, max_relative_position: int, causal: bool = False,
-                   rel_value=None) -> torch.Tensor:
-    """Shaw attention (key term) with the relative logits from the skew; returns (B, H, L, d).
-
-    Sign convention: ``key_minus_query``. Self-attention only (Lq == Lk). The skew gives
-    logits, not the value term: pass ``rel_value=None`` and use the gather path for a_V.
-    """
-    B, H, Lq, Lk, d = check_qkv(q, k, v)
-    if Lq != Lk:
-        raise ValueError(f"k must have the same length as q for the skew (Lq == Lk = {Lq}), got Lk = {Lk}; "
-                         f"use the gather path (relpos_core.kernels.gather) for Lq != Lk")
-    if rel_value is not None:
-        raise ValueError("rel_value must be None for the skew path (it computes logits only); "
-                         "use relpos_core.kernels.gather.shaw_attention for Shaw's value term")
-    scores = q @ k.transpose(-2, -1)  # (B, H, L, L)
-    scores = scores + shaw_key_logits(q, rel_key, max_relative_position=max_relative_position, causal=causal)
-    scores = scores / math.sqrt(d)  # (B, H, L, L)
-    if causal:
-        future = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).triu(1)  # (L, L) j > i (junk there)
-        scores = scores.masked_fill(future, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v  # (B, H, L, d)
-
-
-def transformer_xl_position_logits(q, r_k, v_bias) -> torch.Tensor:
-    """Transformer-XL terms (b) + (d), unscaled: rel_shift((q_i + v) . r_m) into (i, j).
-
-    Sign convention: ``query_minus_key``: (i, j) uses the row for distance (Lk - Lq) + i - j;
-    r_k (H, Lk, d) holds rows for distances Lk - 1 .. 0; entries with
-    j > i + (Lk - Lq) are junk (masked by the causal mask). q (B, H, Lq, d), v_bias (H, d).
-    Returns (B, H, Lq, Lk).
-    """
-    check_tensor("q", q, ndim=4, floating=True)
-    B, H, Lq, d = q.shape
-    check_tensor("r_k", r_k, ndim=3, floating=True, dtype=q.dtype, shape={0: H, 2: d})
-    check_tensor("v_bias", v_bias, ndim=2, floating=True, dtype=q.dtype, shape={0: H, 1: d})
-    Lk = r_k.shape[1]
+    check_tensor("x", x, ndim=_ANY_RANK)
+    *lead, Lq, Lk = x.shape
     if Lq > Lk:
-        raise ValueError(f"q must have query_len <= key_len = {Lk} (r_k rows), got {Lq}")
-    _guard_dense("skew Transformer-XL logits", 2 * B, H, Lq, Lk, q.dtype, "transformer_xl", d=d)
-    from relpos_core.schemes.transformer_xl import rel_shift
+        raise ValueError(f"x must have query_len <= key_len in its last two dims, got shape {tuple(x.shape)}")
+    padded = F.pad(x, (1, 0))  # (..., Lq, Lk + 1)
+    padded = padded.reshape(*lead, Lk + 1, Lq)  # (..., Lk + 1, Lq), same memory
+    return padded[..., 1:, :].reshape(*lead, Lq, Lk)  # (..., Lq, Lk)
 
-    qr = (q + v_bias[None, :, None, :]) @ r_k.transpose(-2, -1)  # (B, H, Lq, Lk) against each relative row
-    return rel_shift(qr)  # (B, H, Lq, Lk)
+
+def rel_shift_bidirectional(qe: torch.Tensor) -> torch.Tensor:
+    """Conformer / ESPnet rel_shift: (..., L, 2L - 1) "query vs distance" -> (..., L, L), both signs.
+
+    Sign convention: ``key_minus_query``: column c of row i is distance c - (L - 1);
+    output (i, j) = qe[i, j - i + L - 1] everywhere (no junk). Pad a zero column on the
+    left (rows of 2L), flatten, drop the first L elements, reshape to (L, 2L - 1) and keep
+    the first L columns: output (i, j) is padded element L + i (2L - 1) + j = 2L i + (j - i + L),
+    padded row i, column j - i + L, i.e. qe[i, j - i + L - 1].
+    """
+    check_tensor("qe", qe, ndim=_ANY_RANK)
+    *lead, L, R = qe.shape
+    if R != 2 * L - 1:
+        raise ValueError(f"qe must have 2L - 1 = {2 * L - 1} columns for L = {L} rows, got shape {tuple(qe.shape)}")
+    padded = F.pad(qe, (1, 0))  # (..., L, 2L)
+    flat = padded.reshape(*lead, 2 * L * L)[..., L:]  # (..., L (2L - 1))
+    return flat.reshape(*lead, L, 2 * L - 1)[..., :L]  # (..., L, L)
+
+
+def skew_view(per_offset: torch.Tensor, query_len: int, key_len: int, *, side: str = "query") -> torch.Tensor:
+    """Per-offset scores seen as per-pair scores, without copying.
+
+    side="query": per_offset (B, H, Lq, R), R = Lq + Lk - 1, column c = offset c - (Lq - 1)
+    (relative to the first query): returns the (B, H, Lq, Lk) view with (i, j) = column
+    j - i + Lq - 1 of row i. side="key": per_offset (B, H, Lk, R) with columns in
+    *reversed* offset order (column c = offset (Lk - 1) - c): returns the (B, H, Lq, Lk)
+    view with (i, j) = column i - j + Lk - 1 of key row j. Both use positive strides only.
+    """
+    check_tensor("per_offset", per_offset, ndim=4)
+    B, H, rows, R = per_offset.shape
+    Lq, Lk = query_len, key_len
+    if R != Lq + Lk - 1 or rows != (Lq if side == "query" else Lk):
+        raise ValueError(f"per_offset must be (B, H, {Lq if side == 'query' else Lk}, Lq + Lk - 1 = {Lq + Lk - 1}) "
+                         f"for Lq = {Lq}, Lk = {Lk}, got shape {tuple(per_offset.shape)}")
+    t = per_offset.contiguous()
+    sb, sh = t.stride(0), t.stride(1)
+    if side == "query":  # element i R + (j - i + Lq - 1) = i (R - 1) + j + Lq - 1
+        return t.as_strided((B, H, Lq, Lk), (sb, sh, R - 1, 1), t.storage_offset() + Lq - 1)
+    # key side: element j R + (i - j + Lk - 1) = j (R - 1) + i + Lk - 1
+    return t.as_strided((B, H, Lq, Lk), (sb, sh, 1, R - 1), t.storage_offset() + Lk - 1)
+
+
+def _require_contiguous(pos):
+    if not pos.contiguous:
+        raise ValueError("the skew form needs contiguous positions (query and key positions each a run of "
+                         "consecutive integers); use form='gather' for explicit or evicted positions")
+
+
+def per_offset_table(table: torch.Tensor, rows, pos, *, reverse: bool = False) -> torch.Tensor:
+    """The table expanded to one row per offset of the call: (R_off, d) or (H, R_off, d).
+
+    Row c holds E[row(min_offset + c)] (or, reversed, E[row(max_offset - c)]): Huang et
+    al.'s one embedding per distance, built from a clipped or bucketed table.
+    """
+    offsets = torch.arange(pos.min_offset, pos.max_offset + 1, device=table.device)  # (R_off,)
+    if reverse:
+        offsets = offsets.flip(0)
+    idx = rows(offsets)  # (R_off,)
+    return table[idx] if table.dim() == 2 else table[:, idx]  # (R_off, d) or (H, R_off, d)
+
+
+def vector_logits(term, q: torch.Tensor, k: torch.Tensor, pos) -> torch.Tensor | None:
+    """Sum of the term's query- and key-vector logits, unscaled: (B, H, Lq, Lk), or None."""
+    if not (term.query_vectors or term.key_vectors):
+        return None
+    _require_contiguous(pos)
+    Lq, Lk = pos.query_len, pos.key_len
+    out = None
+    for piece in term.query_vectors:
+        x = q if piece.shift is None else q + piece.shift[None, :, None, :].to(q.dtype)  # (B, H, Lq, d)
+        e = per_offset_table(piece.table, piece.rows, pos).to(q.dtype)  # (R_off, d) or (H, R_off, d)
+        per_offset = x @ e.transpose(-2, -1)  # (B, H, Lq, R_off)
+        del e
+        view = skew_view(per_offset, Lq, Lk, side="query")  # (B, H, Lq, Lk), no copy
+        out = view.clone() if out is None else out.add_(view)
+        del view, per_offset
+    for piece in term.key_vectors:
+        e = per_offset_table(piece.table, piece.rows, pos, reverse=True).to(k.dtype)  # (R_off, d) or (H, R_off, d)
+        per_offset = k @ e.transpose(-2, -1)  # (B, H, Lk, R_off), offsets in reversed order
+        del e
+        view = skew_view(per_offset, Lq, Lk, side="key")  # (B, H, Lq, Lk)
+        out = view.clone(memory_format=torch.contiguous_format) if out is None else out.add_(view)
+        del view, per_offset
+    return out
+
+
+def value_output(value, probs: torch.Tensor, pos) -> torch.Tensor:
+    """sum_j probs_ij E[row(j - i)] by writing the weights into per-offset columns: (B, H, Lq, d)."""
+    _require_contiguous(pos)
+    B, H, Lq, Lk = probs.shape
+    per_offset = probs.new_zeros(B, H, Lq, Lq + Lk - 1)  # (B, H, Lq, R_off)
+    skew_view(per_offset, Lq, Lk, side="query").copy_(probs)  # each pair lands in its offset column
+    e = per_offset_table(value.table, value.rows, pos).to(probs.dtype)  # (R_off, d) or (H, R_off, d)
+    return per_offset @ e  # (B, H, Lq, d)
+
+
+def scalar_bias(term, pos, dtype: torch.dtype) -> None:
+    """The skew form has no scalar-bias form: None for a term without one, else an error."""
+    if term.scalars:
+        raise ValueError("the skew form has no scalar bias (T5, ALiBi): use form 'gather'")
+    return None

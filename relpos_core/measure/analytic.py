@@ -1,35 +1,39 @@
-"""Analytic byte counts: what each kernel path materialises for the position term.
+"""Analytic byte counts: the peak memory a kernel path will allocate, before it allocates any.
 
-Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). The count is the
-*extra* memory of a path: tensors it allocates for the relative term beyond q, k, v and
-the attention output. Paths that form the relative logits explicitly (naive, gather,
-skew, dense bias) include those (B, H, Lq, Lk) logits, so the figures line up with the
-H200 anchors (naive Shaw, one head, fp32, L = 4096, d = 64: 4096 MiB for the [L, L, d]
-gather + 64 MiB of logits = 4160 MiB; the gather path: 64 MiB + [L, 2k + 1] = 66 MiB).
-Both gather by an int64 [Lq, Lk] index (``kernels.gather.shaw_gather_index``, 128 MiB at
-L = 4096). It depends only on (L, k), so a model builds it once per forward pass and
-shares it across batch, heads and layers; the Shaw paths take it precomputed
-(``index=``), as the anchors' recipe does, and it is not counted here. A call that
-builds its own index pays 8 Lq Lk bytes more (``SHAW_INDEX_BYTES_PER_PAIR``).
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). ``peak_bytes`` walks
+the same steps as the code in ``relpos_core.kernels`` (prologue, form, backend) through a
+tiny allocation ledger: every tensor a step creates is added, every tensor it drops is
+removed, and the largest total is the peak. It counts what ``measure_peak_memory``
+measures: everything allocated during the call above what existed before it (q, k, v
+and the scheme's tables excluded, the output included), so the two can be compared, and
+``rp.attend``'s memory guard uses it to refuse a path before the first large allocation.
 
-``k`` is the scheme's distance parameter: Shaw's clip distance ``max_relative_position``,
-DeBERTa's ``att_span`` (tables of 2k rows), T5's ``max_distance`` (the clamped table has
-2k + 1 entries). Integer index tensors are int64 (8 bytes); tables a FlexAttention
-score_mod reads are fp32 (4 bytes) whatever ``dtype`` is.
+Kernel workspaces are counted from the kernels' own sources, for the torch version this
+book pins (2.13, CPU): SDPA's fused CPU kernel (``_scaled_dot_product_flash_attention_for_cpu``)
+takes ``num_threads x (qSplit kvSplit + 2 qSplit + qSplit d)`` fp32 numbers, with
+qSplit = 256 / 64 / 32 for Lq >= 768 / >= 192 / smaller and kvSplit = min(512, Lk),
+plus a logsumexp (B, H, Lq) fp32; compiled FlexAttention's CPU template allocates its
+per-thread buffers and a reordered copy of k and v (``torch/_inductor/codegen/
+cpp_flex_attention_template.py``). On CUDA only the output and the logsumexp are counted
+(the fused kernels keep their tiles in on-chip memory). With ``grad=True`` (the forward
+of a training step) every intermediate is counted as kept for the backward pass: an
+upper bound, used by the guard, not a measurement target.
+
+``analytic_bytes(scheme, form, backend, ...)`` is the same count for a scheme of the
+registry with example tables of the given sizes; ``k`` is the scheme's distance
+parameter (Shaw's clip distance, T5's max_distance, DeBERTa's att_span, the number of
+Transformer-XL distances).
 """
 from __future__ import annotations
 
 import torch
 
-from relpos_core._validate import check_choice, check_positive_int
+from relpos_core._validate import check_choice, check_int
 
-__all__ = ["PATHS", "SCHEMES", "SUPPORTED", "analytic_bytes", "dtype_size"]
+__all__ = ["peak_bytes", "analytic_bytes", "dtype_size", "Ledger"]
 
-PATHS = ("naive", "gather", "skew", "sdpa", "sdpa_bias", "flex")
-SCHEMES = ("none", "rope", "t5", "t5_clamped", "t5_bucket_ids", "alibi", "shaw", "deberta", "transformer_xl")
-
-_INT = 8  # int64 index tensors
-SHAW_INDEX_BYTES_PER_PAIR = _INT  # the shared Shaw gather index, when a call builds its own
+_I64 = 8
+_F32 = 4
 
 
 def dtype_size(dtype: torch.dtype) -> int:
@@ -39,57 +43,300 @@ def dtype_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _counts(B, H, Lq, Lk, d, k, es):
-    BH, LL, R = B * H, Lq * Lk, Lq + Lk - 1  # R: number of distinct offsets
-    return {
-        ("sdpa", "none"): 0,
-        ("flex", "none"): 0,
-        ("sdpa", "rope"): 2 * BH * max(Lq, Lk) * d * es,  # rotated copies of q and k
-        # Shaw key term
-        ("naive", "shaw"): (LL * d + BH * LL) * es,  # a_K gathered to [Lq, Lk, d], logits (index shared)
-        ("gather", "shaw"): (BH * Lq * (2 * k + 1) + BH * LL) * es,  # q @ a_K^T, logits (index shared)
-        ("skew", "shaw"): (R * d + BH * Lq * R + BH * Lq * (R + 1)) * es,  # E (2L-1, d), qe, padded qe
-        ("sdpa_bias", "shaw"): (BH * Lq * (2 * k + 1) + BH * LL) * es + LL * _INT,  # gathered logits as attn_mask
-        ("flex", "shaw"): BH * Lq * (2 * k + 1) * 4,  # only q @ a_K^T, fp32
-        # T5 buckets
-        ("naive", "t5"): LL * _INT + H * LL * es,  # [Lq, Lk] bucket ids + dense bias
-        ("gather", "t5"): R * _INT + H * R * es + H * LL * es,  # per-offset ids and table, dense bias
-        ("sdpa_bias", "t5"): R * _INT + H * R * es + H * LL * es,
-        ("flex", "t5"): R * _INT + H * R * 4,  # fp32 per-offset table [H, Lq + Lk - 1]
-        ("flex", "t5_clamped"): (2 * k + 1) * _INT + H * (2 * k + 1) * 4,  # [H, 2 max_distance + 1]
-        ("flex", "t5_bucket_ids"): LL * _INT,  # the seed's [L, L] bucket-id tensor
-        # ALiBi
-        ("naive", "alibi"): LL * _INT + H * LL * es,
-        ("sdpa_bias", "alibi"): LL * _INT + H * LL * es,
-        ("flex", "alibi"): H * 4,
-        # DeBERTa c2p + p2c
-        ("naive", "deberta"): BH * (Lq + Lk) * 2 * k * es + LL * _INT + 2 * BH * LL * es,
-        ("sdpa_bias", "deberta"): BH * (Lq + Lk) * 2 * k * es + LL * _INT + 3 * BH * LL * es,
-        ("flex", "deberta"): BH * (Lq + Lk) * 2 * k * 4 + R * _INT,  # fp32 c2p / p2c tables
-        # Transformer-XL terms (b) + (d)
-        ("naive", "transformer_xl"): 4 * BH * LL * es,  # q @ r^T, v @ r^T and their rel_shift pads
-        ("sdpa_bias", "transformer_xl"): 3 * BH * LL * es,  # (q + v) @ r^T, its shift, the masked bias
-        ("flex", "transformer_xl"): BH * LL * 4,  # per-query, per-relative-row fp32 table (q + v) @ r^T
-    }
+class Ledger:
+    """Live bytes and their peak, as tensors are created and dropped (``keep_all``: nothing dropped)."""
+
+    def __init__(self, keep_all: bool = False):
+        self.live = 0
+        self.peak = 0
+        self.keep_all = keep_all
+
+    def new(self, nbytes: int) -> int:
+        nbytes = int(nbytes)
+        self.live += nbytes
+        self.peak = max(self.peak, self.live)
+        return nbytes
+
+    def drop(self, *sizes: int) -> None:
+        if not self.keep_all:
+            self.live -= sum(int(s) for s in sizes)
+
+    def transient(self, *sizes: int) -> None:
+        """Tensors that exist together for a moment and are then dropped."""
+        for s in sizes:
+            self.new(s)
+        self.drop(*sizes)
 
 
-SUPPORTED = tuple(_counts(1, 1, 1, 1, 1, 1, 1).keys())
+def _table_size(piece) -> int:
+    return dtype_size(piece.table.dtype)
 
 
-def analytic_bytes(path: str, scheme: str, B: int, H: int, Lq: int, Lk: int, d: int, k: int,
-                   dtype: torch.dtype = torch.float32) -> int:
-    """Extra bytes path ``path`` materialises for scheme ``scheme`` (see module docstring).
+def _rows_bytes(rows, n: int) -> int:
+    """Extra bytes a RowIndex needs beyond its (fresh, overwritten) int64 input of n offsets."""
+    return 6 * _I64 * n if "bucket" in rows.description else 0
 
-    Sign convention: not applicable (counts only). Raises ``ValueError`` for an unknown
-    path or scheme, or a (path, scheme) pair that has no implementation.
+
+def _t5_bucket_peak(n: int, bidirectional: bool) -> int:
+    """t5_relative_bucket on n offsets: most bytes alive at once beyond its input (see schemes/t5.py)."""
+    bucket = _I64 * n if bidirectional else 0
+    # bucket, distance, clamp copy + its float32 copy, then large + scaled, then where's bool + result
+    return bucket + _I64 * n + max(_I64 * n + _F32 * n, _F32 * n + _I64 * n, _I64 * n + n + _I64 * n)
+
+
+def _scalar_values_peak(piece, n: int, out_size: int) -> int:
+    """Peak of piece.values(offsets) on n offsets beyond its input, result (out_size bytes) included."""
+    from relpos_core.terms import ScalarTable
+
+    if isinstance(piece, ScalarTable):
+        text = piece.ids.description
+        bucket = _t5_bucket_peak(n, "bidirectional" in text) if "bucket" in text else 0
+        return max(bucket, _I64 * n + out_size)
+    # slopes: a float32 copy of the offsets (and |.| and its negation when symmetric), then the result
+    return _F32 * n * (3 if piece.symmetric else 1) + out_size
+
+
+def _rope(m: Ledger, n: int, X: int, d: int, es: int) -> None:
+    """apply_rope on x of X bytes and n positions; leaves the rotated x (X bytes) alive."""
+    m.transient(_F32 * n, _F32 * n * d // 2, _F32 * n * d, _F32 * n * d, _F32 * n * d)  # freqs, emb, cos, sin
+    tables = m.new(2 * n * d * _F32)  # cos, sin
+    if es != _F32:
+        m.transient(2 * n * d * es)
+    a = m.new(X)  # x * cos
+    neg = m.new(X // 2)  # -x2
+    c = m.new(X)  # rotate_half(x) = cat((-x2, x1))
+    m.drop(neg)
+    b = m.new(X)  # rotate_half(x) * sin
+    m.drop(c)
+    m.new(X)  # the sum: kept
+    m.drop(a, b, tables)
+
+
+def _vector_pieces(m: Ledger, term, form: str, *, B, H, Lq, Lk, d, es, n_off) -> int:
+    """The form's vector_logits: returns the bytes of the (B, H, Lq, Lk) result left alive."""
+    P, S = Lq * Lk, B * H * Lq * Lk * es
+    out = 0
+    pieces = [(p, "query") for p in term.query_vectors] + [(p, "key") for p in term.key_vectors]
+    for piece, side in pieces:
+        n = Lq if side == "query" else Lk
+        X = B * H * n * d * es
+        per_head = piece.table.dim() == 3
+        shift = m.new(X) if getattr(piece, "shift", None) is not None else 0
+        if form == "naive":
+            rows = m.new(_I64 * P)
+            m.transient(_rows_bytes(piece.rows, P))
+            pairs = m.new((H if per_head else 1) * P * d * _table_size(piece))
+            m.drop(rows)
+            t = m.new(S)  # x against its pairs (the batch layout of a contiguous x is a view)
+            m.drop(pairs)
+            if out:
+                m.drop(t)  # added into out
+        elif form == "gather":
+            rows = m.new(_I64 * P)
+            m.transient(_rows_bytes(piece.rows, P))
+            per_row = m.new(B * H * n * piece.rows.num_rows * es)
+            m.transient(S if out == 0 else S)
+            m.drop(rows, per_row)
+            if out == 0:
+                m.new(S)
+        else:  # skew
+            m.transient(_I64 * n_off, _rows_bytes(piece.rows, n_off))
+            e = m.new((H if per_head else 1) * n_off * d * _table_size(piece))
+            per_offset = m.new(B * H * n * n_off * es)
+            m.drop(e)
+            if out == 0:
+                m.new(S)  # the first piece's clone of the view
+            m.drop(per_offset)
+        m.drop(shift)
+        out = S
+    return out
+
+
+def _scalar_pieces(m: Ledger, term, form: str, *, H, Lq, Lk, es, contiguous, n_off) -> int:
+    """The form's scalar_bias: returns the bytes of the (H, Lq, Lk) result left alive."""
+    if not term.scalars:
+        return 0
+    P = Lq * Lk
+    out = H * P * es
+    if form == "naive":
+        for i, piece in enumerate(term.scalars):
+            offsets = m.new(_I64 * P)
+            m.transient(_scalar_values_peak(piece, P, H * P * _F32) + (H * P * es if es != _F32 else 0))
+            m.drop(offsets)
+            if i == 0:
+                m.new(out)
+        return out
+    per_offset = 0
+    for piece in term.scalars:
+        m.transient(_I64 * n_off, _scalar_values_peak(piece, n_off, H * n_off * _F32))
+        per_offset = per_offset or m.new(H * n_off * _F32)
+    if es != _F32:
+        m.new(H * n_off * es)
+        m.drop(per_offset)
+        per_offset = H * n_off * es
+    if not contiguous:
+        m.transient(_I64 * P)  # the column index of every pair
+    m.new(out)
+    m.drop(per_offset)
+    return out
+
+
+def _value_piece(m: Ledger, value, form: str, *, B, H, Lq, Lk, d, es, n_off) -> None:
+    P, S, X = Lq * Lk, B * H * Lq * Lk * es, B * H * Lq * d * es
+    per_head = value.table.dim() == 3
+    if form == "naive":
+        rows = m.new(_I64 * P)
+        pairs = m.new((H if per_head else 1) * P * d * _table_size(value))
+        m.drop(rows)
+        m.transient(X)  # the result (the weights' batch layout is a view)
+        m.drop(pairs)
+    elif form == "gather":
+        rows = m.new(_I64 * P)
+        buckets = m.new(B * H * Lq * value.rows.num_rows * es)
+        m.drop(rows)
+        m.transient(X)
+        m.drop(buckets)
+    else:
+        per_offset = m.new(B * H * Lq * n_off * es)
+        m.transient(_I64 * n_off, (H if per_head else 1) * n_off * d * _table_size(value), X)
+        m.drop(per_offset)
+    m.new(X)  # the value output, alive while added
+
+
+def _sdpa_kernel(m: Ledger, *, B, H, Lq, Lk, d, es, device_type: str, threads: int) -> None:
+    """SDPA's own allocations beyond the output (see the module docstring)."""
+    m.new(B * H * Lq * _F32)  # logsumexp
+    if device_type == "cpu":
+        q_split = 256 if Lq >= 768 else 64 if Lq >= 192 else 32
+        kv_split = min(512, Lk)
+        m.new(threads * (q_split * kv_split + 2 * q_split + q_split * d) * _F32)
+        if es != _F32:
+            m.new(threads * q_split * kv_split * es)
+
+
+def _flex_kernel(m: Ledger, *, B, H, Lq, Lk, d, es, device_type: str, threads: int, compiled: bool) -> None:
+    """Compiled FlexAttention's own allocations beyond the output (see the module docstring)."""
+    if not compiled:  # the eager reference materialises the scores in fp32 (tests only)
+        m.transient(3 * B * H * Lq * Lk * _F32)
+        return
+    if device_type != "cpu":
+        m.new(B * H * Lq * _F32)  # logsumexp
+        return
+    qs, ks = min(128, Lq), min(128, Lk)
+    m.new(threads * (qs * ks + 2 * qs + qs * d) * _F32)  # per-thread accumulators
+    m.new(threads * qs * ks * es)  # per-thread reduced-precision scores
+    m.new(2 * B * H * Lk * d * es)  # k and v reordered (packed) for the gemms
+    m.new(threads * ks * d * es + threads * qs * d * es)  # transpose and query-padding buffers
+
+
+def _flex_tables(m: Ledger, term, form: str, *, B, H, Lq, Lk, d, es, n_off) -> None:
+    """build_score_mod: the fp32 tables a score_mod reads (kept for the kernel)."""
+    from relpos_core.terms import ScalarSlopes, ScalarTable
+
+    P = Lq * Lk
+    per_pair = m.new(_I64 * P) if form == "naive" else 0
+    pieces = [(p, Lq) for p in term.query_vectors] + [(p, Lk) for p in term.key_vectors]
+    for piece, n in pieces:
+        X = B * H * n * d * es
+        shift = m.new(X) if getattr(piece, "shift", None) is not None else 0
+        copies = m.new(X * _F32 // es) if es != _F32 else 0
+        unscaled = m.new(B * H * n * piece.rows.num_rows * _F32)
+        m.new(B * H * n * piece.rows.num_rows * _F32)  # scaled: kept
+        m.drop(unscaled, copies, shift)
+        if form == "naive":
+            m.new(_I64 * P)  # the per-pair rows: kept
+        else:
+            m.new(_I64 * n_off)  # row of each offset: kept
+    for piece in term.scalars:
+        if isinstance(piece, ScalarSlopes):
+            continue
+        if form == "naive" and isinstance(piece, ScalarTable):
+            clone = m.new(_I64 * P)
+            m.transient(_scalar_values_peak(piece, P, 0) - 0)
+            m.drop(clone)
+            m.new(_I64 * P)  # the bucket-id tensor: kept
+        else:
+            m.transient(_I64 * n_off, _scalar_values_peak(piece, n_off, H * n_off * _F32))
+            m.new(H * n_off * _F32)  # per-offset bias: kept
+    del per_pair
+
+
+def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: int, d: int,
+               dtype: torch.dtype = torch.float32, contiguous: bool = True, grad: bool = False,
+               device_type: str = "cpu", threads: int | None = None, num_offsets: int | None = None,
+               causal: bool = False, compiled: bool = True) -> int:
+    """Peak bytes ``rp.attend(q, k, v, term, form=form, backend=backend)`` allocates (module docstring).
+
+    ``num_offsets``: distinct offsets of the call (default Lq + Lk - 1, contiguous positions).
     """
-    check_choice("path", path, PATHS)
-    check_choice("scheme", scheme, SCHEMES)
-    for name, value in (("B", B), ("H", H), ("Lq", Lq), ("Lk", Lk), ("d", d), ("k", k)):
-        check_positive_int(name, value)
     es = dtype_size(dtype)
-    table = _counts(B, H, Lq, Lk, d, k, es)
-    if (path, scheme) not in table:
-        have = sorted(p for p, s in table if s == scheme)
-        raise ValueError(f"path {path!r} has no implementation for scheme {scheme!r}; paths for it: {have}")
-    return int(table[(path, scheme)])
+    threads = torch.get_num_threads() if threads is None else threads
+    n_off = Lq + Lk - 1 if num_offsets is None else num_offsets
+    S, Xq, Xk, P = B * H * Lq * Lk * es, B * H * Lq * d * es, B * H * Lk * d * es, Lq * Lk
+    m = Ledger(keep_all=grad)
+    m.new(_I64 * Lk)  # the key positions
+    if term.rotary is not None:
+        _rope(m, Lq, Xq, d, es)  # rotated q: kept
+        _rope(m, Lk, Xk, d, es)  # rotated k: kept
+    content_shift = m.new(Xq) if term.content_shift is not None else 0
+    sizes = dict(B=B, H=H, Lq=Lq, Lk=Lk, d=d, es=es, n_off=n_off)
+    if backend == "flex" and not (grad and device_type == "cpu"):
+        _flex_tables(m, term, form, **sizes)
+        m.transient(64 * (-(-Lq // 128)) * (-(-Lk // 128)) + 1024)  # block-mask tables
+        m.new(Xq)  # the output
+        _flex_kernel(m, B=B, H=H, Lq=Lq, Lk=Lk, d=d, es=es, device_type=device_type, threads=threads,
+                     compiled=compiled)
+        return m.peak
+    if backend in ("sdpa", "flex"):  # flex with gradients on CPU runs the SDPA backend
+        bias = 0
+        if form != "none":
+            bias = _vector_pieces(m, term, form, **sizes)
+            scalars = _scalar_pieces(m, term, form, H=H, Lq=Lq, Lk=Lk, es=es, contiguous=contiguous, n_off=n_off)
+            if bias and scalars:
+                m.drop(scalars)
+            bias = bias or scalars
+        if causal:
+            if bias:
+                m.transient(P, P)  # the visible mask and its negation
+            elif not (contiguous and Lq == Lk):
+                m.new(P)  # a boolean (Lq, Lk) mask
+        m.new(Xq)  # the output
+        _sdpa_kernel(m, B=B, H=H, Lq=Lq, Lk=Lk, d=d, es=es, device_type=device_type, threads=threads)
+        return m.peak
+    # eager
+    scores = m.new(S)
+    m.drop(content_shift)
+    if form != "none":
+        vec = _vector_pieces(m, term, form, **sizes)
+        m.drop(vec)
+        scalars = _scalar_pieces(m, term, form, H=H, Lq=Lq, Lk=Lk, es=es, contiguous=contiguous, n_off=n_off)
+        m.drop(scalars)
+    if causal:
+        m.transient(P, P)
+    m.new(S)  # the weights
+    m.drop(scores)
+    m.new(Xq)  # the output
+    if term.value is not None:
+        _value_piece(m, term.value, form, **sizes)
+        m.new(Xq)  # out + value
+    return m.peak
+
+
+def analytic_bytes(scheme: str, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: int, d: int, k: int = 16,
+                   dtype: torch.dtype = torch.float32, causal: bool = False, device_type: str = "cpu",
+                   threads: int | None = None) -> int:
+    """``peak_bytes`` for a registry scheme with example tables (``relpos_core.registry``)."""
+    from relpos_core.kernels.forms import BACKENDS, FORMS
+    from relpos_core.registry import example_term, scheme_names, unsupported_reason
+
+    check_choice("scheme", scheme, scheme_names())
+    check_choice("form", form, FORMS)
+    check_choice("backend", backend, BACKENDS)
+    for name, value in (("B", B), ("H", H), ("Lq", Lq), ("Lk", Lk), ("d", d), ("k", k)):
+        check_int(name, value, min_value=1)
+    term = example_term(scheme, num_heads=H, head_dim=d, k=k, device="meta", dtype=dtype)
+    reason = unsupported_reason(term, form, backend)
+    if reason is not None:
+        raise ValueError(f"({scheme}, {form}, {backend}) is not a path: {reason}")
+    return peak_bytes(term, form, backend, B=B, H=H, Lq=Lq, Lk=Lk, d=d, dtype=dtype, causal=causal,
+                      device_type=device_type, threads=threads)

@@ -1,8 +1,8 @@
 """Which SDPA backend actually ran, and forcing one so a fallback fails loudly.
 
-Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb) (the seed's failure
-mode "silent kernel fallback": a dense bias can push ``scaled_dot_product_attention``
-onto the slow, quadratic-memory math path).
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb) and chapter 9,
+"Failure modes" (chapters/09_failure_modes.ipynb): a silent kernel fallback, where a dense
+bias pushes ``scaled_dot_product_attention`` onto the slow, quadratic-memory math path.
 
 Detection runs the call under ``torch.profiler`` and reads the aten op that executed:
 
@@ -170,8 +170,8 @@ def force_sdpa_backend(name: str):
         _FORCED.pop()
 
 
-def detect_sdpa_backend(fn, *args, **kwargs) -> tuple[str, object]:
-    """Run ``fn(*args, **kwargs)`` under the profiler; return (backend, fn's result).
+def detect_sdpa_backend(fn, *args, **kwargs) -> tuple[object, str]:
+    """Run ``fn(*args, **kwargs)`` under the profiler; return (fn's result, backend).
 
     backend is one of ``BACKENDS``, or "none" if no SDPA op ran, or "+"-joined names if
     several different backends ran.
@@ -190,4 +190,4 @@ def detect_sdpa_backend(fn, *args, **kwargs) -> tuple[str, object]:
                 if backend not in found:
                     found.append(backend)
                 break
-    return ("+".join(found) if found else "none"), out
+    return out, ("+".join(found) if found else "none")

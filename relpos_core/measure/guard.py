@@ -1,13 +1,20 @@
 """The memory guard: refuse, before allocating, a tensor bigger than the budget.
 
-Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). The seed's failure mode
-"materialised bias blows memory" (an fp32 bias of 16 heads at L = 16384 is 16 GiB) is
-turned into an early, explained error: a path that would materialise more than the budget
-raises ``MemoryBudgetError`` naming the bytes it needs and the path that avoids them.
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb), and chapter 9,
+"Failure modes" (chapters/09_failure_modes.ipynb). The failure mode "a materialised bias
+runs out of memory" (an fp32 bias of 16 heads at L = 16384 is 16 GiB) becomes an early,
+explained error: ``rp.attend`` counts the bytes a path will allocate
+(``relpos_core.measure.analytic.peak_bytes``) before allocating any of them, and over
+the budget raises ``MemoryBudgetError`` naming the bytes, the budget and the cheapest
+supported path that fits (itself checked the same way when it runs). Builders that make
+an [Lq, Lk] tensor on their own (``relative_offsets``, ``alibi_bias``,
+``t5_bias_from_table``) call ``check_memory`` too.
 
 The budget is module-level and configurable: ``set_memory_budget(nbytes)``, the
 ``memory_budget(nbytes)`` context manager, or the environment variable
-``RELPOS_MEMORY_BUDGET`` (bytes, read at import). ``None`` means no limit.
+``RELPOS_MEMORY_BUDGET``: a whole number of bytes >= 1, or "none" for no limit. The
+variable is read when a budget is first needed (not at import, so a bad value cannot
+break ``import relpos_core``); a bad value raises a ValueError that names it.
 """
 from __future__ import annotations
 
@@ -22,6 +29,8 @@ __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "MemoryBudgetError",
     "check_memory",
+    "check_path_memory",
+    "parse_budget",
     "format_bytes",
     "get_memory_budget",
     "memory_budget",
@@ -35,22 +44,31 @@ class MemoryBudgetError(ValueError):
     """A kernel path would materialise more bytes than the memory budget allows."""
 
 
+_UNSET = object()
+MAX_BUDGET = 2**62  # beyond any machine; keeps byte arithmetic exact
+
+
+def parse_budget(raw: str, *, name: str = "RELPOS_MEMORY_BUDGET") -> int | None:
+    """A budget from text: a whole number of bytes in [1, 2**62] (underscores allowed), or "none"."""
+    text = str(raw).strip().replace("_", "")
+    if text.lower() == "none":
+        return None
+    if not text.isdigit():
+        raise ValueError(f"{name} must be a whole number of bytes in [1, 2**62] or 'none', got {raw!r}")
+    value = int(text)
+    if not 1 <= value <= MAX_BUDGET:
+        raise ValueError(f"{name} must be a whole number of bytes in [1, 2**62] or 'none', got {raw!r}")
+    return value
+
+
 def _budget_from_env():
     raw = os.environ.get("RELPOS_MEMORY_BUDGET")
     if raw is None or raw.strip() == "":
         return DEFAULT_MEMORY_BUDGET
-    if raw.strip().lower() in ("none", "inf", "unlimited"):
-        return None
-    try:
-        return int(float(raw))
-    except ValueError:  # a bad variable must not break the import: say so and keep the default
-        import warnings
-
-        warnings.warn(f"RELPOS_MEMORY_BUDGET={raw!r} is not a byte count; using {DEFAULT_MEMORY_BUDGET}")
-        return DEFAULT_MEMORY_BUDGET
+    return parse_budget(raw)
 
 
-_BUDGET = [_budget_from_env()]
+_BUDGET = [_UNSET]
 
 
 def format_bytes(nbytes: int | float) -> str:
@@ -65,14 +83,17 @@ def format_bytes(nbytes: int | float) -> str:
 
 def get_memory_budget() -> int | None:
     """The current budget in bytes (None: unlimited)."""
+    if _BUDGET[0] is _UNSET:
+        _BUDGET[0] = _budget_from_env()
     return _BUDGET[0]
 
 
 def set_memory_budget(nbytes: int | None) -> int | None:
-    """Set the budget (bytes >= 1, or None for no limit); returns the previous one."""
+    """Set the budget (bytes in [1, 2**62], or None for no limit); returns the previous one."""
     if nbytes is not None:
-        nbytes = check_int("nbytes", nbytes, min_value=1)
-    previous, _BUDGET[0] = _BUDGET[0], nbytes
+        nbytes = check_int("nbytes", nbytes, min_value=1, max_value=MAX_BUDGET)
+    previous = get_memory_budget()
+    _BUDGET[0] = nbytes
     return previous
 
 
@@ -105,7 +126,7 @@ def check_memory(
     ``what`` names the path ("naive Shaw"), ``shape``/``dtype`` the tensor it would build,
     ``alternative`` the path that avoids it and ``alternative_bytes`` what that one needs.
     """
-    budget = _BUDGET[0]
+    budget = get_memory_budget()
     if budget is None or nbytes <= budget:
         return
     dims = ", ".join(str(int(s)) for s in shape)
@@ -116,3 +137,33 @@ def check_memory(
         msg += f"; use {alternative}{extra}"
     msg += " (or raise the budget with relpos_core.measure.guard.memory_budget(nbytes))"
     raise MemoryBudgetError(msg)
+
+
+def check_path_memory(nbytes: int, *, term, form: str, backend: str, B: int, H: int, Lq: int, Lk: int, d: int,
+                      dtype: torch.dtype, contiguous: bool = True, **sizes) -> None:
+    """``check_memory`` for one ``rp.attend`` path, suggesting the cheapest supported path that fits."""
+    budget = get_memory_budget()
+    if budget is None or nbytes <= budget:
+        return
+    from relpos_core.kernels.forms import BACKENDS, FORMS
+    from relpos_core.measure.analytic import peak_bytes
+    from relpos_core.registry import unsupported_reason
+
+    options = []
+    for f in FORMS:
+        for b in BACKENDS:
+            if (f, b) == (form, backend) or unsupported_reason(term, f, b) is not None:
+                continue
+            if f == "skew" and not contiguous:
+                continue
+            options.append((peak_bytes(term, f, b, B=B, H=H, Lq=Lq, Lk=Lk, d=d, dtype=dtype,
+                                       contiguous=contiguous, **sizes), f, b))
+    options.sort()
+    fits = [o for o in options if o[0] <= budget]
+    if fits:
+        need, f, b = fits[0]
+        alternative = f"form={f!r}, backend={b!r}"
+    else:
+        need, alternative = None, None
+    check_memory(nbytes, what=f"{term.scheme} with form={form!r}, backend={backend!r}",
+                 shape=(B, H, Lq, Lk), dtype=dtype, alternative=alternative, alternative_bytes=need)

@@ -48,6 +48,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
+from relpos_core.terms import KeyVectors, PositionTerm, QueryVectors, RowIndex, example_tensor
 
 __all__ = [
     "SIGN_CONVENTION",
@@ -56,6 +57,9 @@ __all__ = [
     "build_relative_position",
     "deberta_c2p_p2c_tables",
     "deberta_c2p_p2c",
+    "position_term",
+    "example_term",
+    "EXAMPLES",
     "DisentangledConfig",
     "RelativeEmbeddings",
     "DisentangledSelfAttention",
@@ -238,6 +242,67 @@ def deberta_c2p_p2c(
     # p2c_table is indexed by key row j: gather along the 2S axis of the (Lk, 2S) table
     p2c_t = torch.gather(p2c_table, -1, p2c_idx.T.expand(B, H, Lk, Lq))  # (B, H, Lk, Lq)
     return c2p, p2c_t.transpose(-1, -2)  # (B, H, Lq, Lk) each
+
+
+def position_term(pos_key: torch.Tensor | None = None, pos_query: torch.Tensor | None = None, *, att_span: int,
+                  position_buckets: int = -1, max_relative_positions: int = -1, p2c_index: str = "code") -> PositionTerm:
+    """DeBERTa's position term for ``rp.attend``: c2p (``q_i . K_r[row]``) and p2c (``k_j . Q_r[row]``).
+
+    pos_key = K_r and pos_query = Q_r: (H, 2S, d) projected relative tables, S = att_span
+    (either may be None: c2p only or p2c only). Convention ``query_minus_key``: the row is
+    clamp(r + S, 0, 2S - 1) with r = i - j, log-bucketed when position_buckets > 0 (with
+    ``max_relative_positions``, as DeBERTa-v2). p2c reads the same row as c2p
+    (``p2c_index="code"``, the released checkpoints) or delta(j, i) (``"paper"``). Scale
+    1/sqrt(d (1 + number of position terms)): 1/sqrt(3d) with both, as in the paper.
+    """
+    S = check_positive_int("att_span", att_span)
+    check_choice("p2c_index", p2c_index, ("code", "paper"))
+    buckets = check_int("position_buckets", position_buckets) > 0
+    if buckets:
+        _check_buckets(position_buckets, max_relative_positions)
+    if pos_key is None and pos_query is None:
+        raise ValueError("pos_key and pos_query must not both be None: pass K_r (c2p), Q_r (p2c) or both")
+    d = None
+    for name, t in (("pos_key", pos_key), ("pos_query", pos_query)):
+        if t is not None:
+            check_tensor(name, t, ndim=3, floating=True)
+            if t.shape[1] != 2 * S:
+                raise ValueError(f"{name} must be (H, 2 * att_span = {2 * S}, d), got shape {tuple(t.shape)}")
+            if d is not None and t.shape[2] != d:
+                raise ValueError(f"pos_key and pos_query must have the same head size, got {d} and {t.shape[2]}")
+            d = t.shape[2]
+
+    def bucketed(r):  # r = i - j, in place where possible
+        return make_log_bucket_position(r, position_buckets, max_relative_positions) if buckets else r
+
+    def c2p_rows(off):  # off = j - i
+        return bucketed(off.neg_()).add_(S).clamp_(0, 2 * S - 1)
+
+    def paper_p2c_rows(off):  # delta(j, i): r = j - i
+        return bucketed(off).add_(S).clamp_(0, 2 * S - 1)
+
+    what = f"clamp({'bucket(i - j)' if buckets else 'i - j'} + {S}, 0, {2 * S - 1})"
+    c2p = RowIndex(2 * S, c2p_rows, what)
+    p2c = c2p if p2c_index == "code" else RowIndex(2 * S, paper_p2c_rows, what.replace("i - j", "j - i"))
+    n_terms = (pos_key is not None) + (pos_query is not None)
+    return PositionTerm(
+        scheme="deberta", convention="query_minus_key", scale=1.0 / math.sqrt(d * (1 + n_terms)),
+        query_vectors=(QueryVectors(pos_key, c2p, name="DeBERTa c2p"),) if pos_key is not None else (),
+        key_vectors=(KeyVectors(pos_query, p2c, name="DeBERTa p2c"),) if pos_query is not None else (),
+        notes=dict(att_span=S, position_buckets=position_buckets, p2c_index=p2c_index))
+
+
+def example_term(num_heads: int, head_dim: int, k: int, *, device=None, dtype=torch.float32,
+                 generator=None) -> PositionTerm:
+    """Random c2p + p2c tables (H, 2k, head_dim), no buckets (att_span = k)."""
+    def table():
+        return example_tensor(num_heads, 2 * k, head_dim, device=device, dtype=dtype, generator=generator, scale=0.3)
+
+    return position_term(table(), table(), att_span=k)
+
+
+EXAMPLES = {"deberta": example_term}
+K_NAMES = {"deberta": "att_span"}
 
 
 # ----------------------------------------------------------------------------- modules

@@ -24,8 +24,9 @@ import numbers
 import torch
 
 from relpos_core._validate import check_choice, check_positive_int, check_tensor
+from relpos_core.terms import PositionTerm, Rotary
 
-__all__ = ["rope_cos_sin", "rotate_half", "apply_rope", "PAIRINGS"]
+__all__ = ["rope_cos_sin", "rotate_half", "apply_rope", "position_term", "example_term", "EXAMPLES", "PAIRINGS"]
 
 PAIRINGS = ("rotate_half", "interleaved")
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -111,3 +112,24 @@ def apply_rope(
     x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (B, H, L, d/2) pair k = (2k, 2k+1)
     out = torch.stack((x_even * c - x_odd * s, x_even * s + x_odd * c), dim=-1)  # (B, H, L, d/2, 2)
     return out.flatten(-2)  # (B, H, L, d)
+
+
+def position_term(*, base: float = 10000.0, pairing: str = "rotate_half") -> PositionTerm:
+    """RoPE's position term for ``rp.attend``: q and k rotated by their positions, nothing added.
+
+    Convention ``key_minus_query``. Every backend rotates q by the call's query positions
+    and k by its key positions (``relpos_core.positions``), then runs unchanged: RoPE
+    needs no form (naive, gather, skew) and keeps the fused kernels.
+    """
+    return PositionTerm(scheme="rope", convention="key_minus_query",
+                        rotary=Rotary(base=_check_base(base), pairing=check_choice("pairing", pairing, PAIRINGS)))
+
+
+def example_term(num_heads: int, head_dim: int, k: int, *, device=None, dtype=torch.float32,
+                 generator=None) -> PositionTerm:
+    """RoPE with the default base (no table: the arguments only fix the shapes it is used with)."""
+    return position_term()
+
+
+EXAMPLES = {"rope": example_term}
+K_NAMES = {"rope": None}

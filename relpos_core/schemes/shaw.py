@@ -27,6 +27,7 @@ import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.offsets import relative_offsets
+from relpos_core.terms import PositionTerm, QueryVectors, ValueVectors, clipped_rows, example_tensor
 
 __all__ = [
     "ShawConfig",
@@ -34,6 +35,9 @@ __all__ = [
     "shaw_attention",
     "shaw_relative_index",
     "shaw_relative_logits",
+    "position_term",
+    "example_term",
+    "EXAMPLES",
 ]
 
 
@@ -148,6 +152,42 @@ def shaw_attention(
         a_v = rel_value[idx]  # (Lq, Lk, d)
         out = out + torch.einsum("bhij,ijd->bhid", probs, a_v)  # (B, H, Lq, d)
     return out
+
+
+def position_term(*, rel_key: torch.Tensor | None = None, rel_value: torch.Tensor | None = None,
+                  max_relative_position: int) -> PositionTerm:
+    """Shaw's position term for ``rp.attend``: a^K on the logits, a^V on the output.
+
+    rel_key, rel_value: (2k + 1, d) tables shared by all heads (either may be None);
+    row clip(j - i, -k, k) + k (``key_minus_query``). The key term is scaled with the
+    content score (1/sqrt(d)). The value term changes the output, not the logits, so only
+    the eager backend can apply it (``relpos_core.registry`` says which paths support what).
+    """
+    k = check_positive_int("max_relative_position", max_relative_position)
+    if rel_key is None and rel_value is None:
+        raise ValueError("rel_key and rel_value must not both be None: pass at least one (2k + 1, d) table")
+    for name, t in (("rel_key", rel_key), ("rel_value", rel_value)):
+        if t is not None:
+            check_tensor(name, t, ndim=2, floating=True)
+            _check_table(name, t, k, t.shape[1], t.dtype)
+    rows = clipped_rows(k)
+    key = (QueryVectors(rel_key, rows, name="Shaw a^K"),) if rel_key is not None else ()
+    value = ValueVectors(rel_value, rows, name="Shaw a^V") if rel_value is not None else None
+    return PositionTerm(scheme="shaw" if value is not None else "shaw_key", convention="key_minus_query",
+                        query_vectors=key, value=value, notes=dict(max_relative_position=k))
+
+
+def example_term(num_heads: int, head_dim: int, k: int, *, device=None, dtype=torch.float32, generator=None,
+                 use_value: bool = True) -> PositionTerm:
+    """Random Shaw tables (2k + 1, head_dim), key term and (``use_value``) value term."""
+    def table():
+        return example_tensor(2 * k + 1, head_dim, device=device, dtype=dtype, generator=generator, scale=0.3)
+
+    return position_term(rel_key=table(), rel_value=table() if use_value else None, max_relative_position=k)
+
+
+EXAMPLES = {"shaw": example_term, "shaw_key": lambda *a, **kw: example_term(*a, use_value=False, **kw)}
+K_NAMES = {"shaw": "max_relative_position", "shaw_key": "max_relative_position"}
 
 
 @dataclass

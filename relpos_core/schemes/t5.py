@@ -33,10 +33,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
+from relpos_core.measure.guard import check_memory
 from relpos_core.offsets import relative_offsets
+from relpos_core.terms import PositionTerm, RowIndex, ScalarTable, example_tensor
 
 __all__ = [
     "t5_relative_bucket",
+    "position_term",
+    "example_term",
+    "EXAMPLES",
     "t5_bias_from_table",
     "T5Config",
     "T5RelativeBias",
@@ -83,16 +88,21 @@ def t5_relative_bucket(
     rel = relative_position.long()
     if bidirectional:
         num_buckets //= 2  # buckets per direction
-        bucket = (rel > 0).long() * num_buckets  # keys after the query: upper half
+        bucket = (rel > 0).long().mul_(num_buckets)  # keys after the query: upper half
         distance = rel.abs()
     else:
-        bucket = torch.zeros_like(rel)
-        distance = (-rel).clamp(min=0)  # only look backwards
-    # distances >= max_exact: logarithmically wider buckets up to max_distance
-    scaled = torch.log(distance.clamp(min=max_exact).float() / max_exact) / math.log(max_distance / max_exact)
-    large = max_exact + (scaled * (num_buckets - max_exact)).long()  # truncation, as in the paper's code
-    large = large.clamp(max=num_buckets - 1)  # everything beyond max_distance: the last bucket
-    return bucket + torch.where(distance < max_exact, distance, large)
+        bucket = None
+        distance = rel.neg().clamp_(min=0)  # only look backwards
+    # distances >= max_exact: logarithmically wider buckets up to max_distance. Same float32
+    # operations in the same order as the paper's code (in place, to hold fewer [Lq, Lk] tensors)
+    scaled = distance.clamp(min=max_exact).float().div_(max_exact).log_()
+    scaled = scaled.div_(math.log(max_distance / max_exact)).mul_(num_buckets - max_exact)
+    large = scaled.long().add_(max_exact)  # truncation, as in the paper's code
+    del scaled
+    large = large.clamp_(max=num_buckets - 1)  # everything beyond max_distance: the last bucket
+    out = torch.where(distance < max_exact, distance, large)
+    del large, distance
+    return out if bucket is None else out.add_(bucket)
 
 
 def t5_bias_from_table(
@@ -126,11 +136,52 @@ def t5_bias_from_table(
     if key_positions is None:
         key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
     query_offset = check_int("query_offset", query_offset)
+    n_keys = key_len if key_positions is None else key_positions.numel()
+    check_memory(table.element_size() * table.shape[1] * query_len * n_keys + 41 * query_len * n_keys,
+                 what="t5_bias_from_table", shape=(table.shape[1], query_len, n_keys), dtype=table.dtype,
+                 alternative="rp.attend with rp.schemes.t5.position_term and backend='flex' (no dense bias)")
     rel = relative_offsets(query_len, key_len, convention="key_minus_query", query_offset=query_offset,
                            key_positions=key_positions, device=table.device)  # (Lq, Lk) j - i
     buckets = t5_relative_bucket(rel, bidirectional=bidirectional, num_buckets=table.shape[0],
                                  max_distance=max_distance)  # (Lq, Lk)
     return table[buckets].permute(2, 0, 1)  # (H, Lq, Lk)
+
+
+def position_term(table: torch.Tensor, *, bidirectional: bool = True, max_distance: int = 128) -> PositionTerm:
+    """T5's position term for ``rp.attend``: one scalar per head and bucket, added unscaled.
+
+    table: (num_buckets, H), Hugging Face's ``relative_attention_bias.weight`` (learnable
+    or not; gradients reach it on the eager and SDPA backends, and through FlexAttention
+    on CUDA). Convention ``key_minus_query``: pair (i, j) reads ``table[bucket(j - i), h]``.
+    The term's scale is 1.0: T5 folds 1/sqrt(d) into its initialisation, so its logits
+    are ``q . k + bias`` with no 1/sqrt(d) (chapter 3).
+    """
+    check_tensor("table", table, ndim=2, floating=True)
+    num_buckets = table.shape[0]
+    _check_bucket_args(bidirectional, num_buckets, max_distance, num_buckets_name="num_buckets (table.shape[0])")
+
+    def bucket_of_offsets(offsets):
+        return t5_relative_bucket(offsets, bidirectional=bidirectional, num_buckets=num_buckets,
+                                  max_distance=max_distance)
+
+    ids = RowIndex(num_buckets, bucket_of_offsets,
+                   f"T5 bucket(j - i), {'bidirectional' if bidirectional else 'causal'}, {num_buckets} buckets, "
+                   f"max_distance {max_distance}")
+    return PositionTerm(scheme="t5", convention="key_minus_query", scale=1.0,
+                        scalars=(ScalarTable(table.transpose(0, 1), ids, name="T5 bias table"),),
+                        notes=dict(bidirectional=bidirectional, max_distance=max_distance))
+
+
+def example_term(num_heads: int, head_dim: int, k: int, *, device=None, dtype=torch.float32,
+                 generator=None) -> PositionTerm:
+    """A random bidirectional T5 term with 32 buckets and ``max_distance = k`` (registry, benchmark)."""
+    num_buckets = 32 if k > 8 else 8
+    table = example_tensor(num_buckets, num_heads, device=device, dtype=dtype, generator=generator)
+    return position_term(table, bidirectional=True, max_distance=max(k, num_buckets // 4 + 1))
+
+
+EXAMPLES = {"t5": example_term}
+K_NAMES = {"t5": "max_distance"}
 
 
 @dataclass

@@ -16,9 +16,11 @@ M + i - j >= 0 for every key the causal mask lets through. The logit is
          + v   . r_{i-j}        (d) global position bias
 
 with q_i = W_q x_i, k_j = W_kE x_j, r_{i-j} = W_kR R_{i-j} (a separate projection of the
-fixed sinusoid), and learned u, v per head. As in the paper's code, (b) and (d) are
-computed against the Lk relative rows (distances Lk-1 .. 0) and put in place by
-``rel_shift``; (a) + (c) is (q_i + u) . k_j and (b) + (d) is (q_i + v) . r_{i-j}.
+fixed sinusoid), and learned u, v per head. (a) + (c) is (q_i + u) . k_j and (b) + (d)
+is (q_i + v) . r_{i-j}. The paper's code computes (b) and (d) against the Lk relative rows
+(distances Lk-1 .. 0) and moves them into place with ``_rel_shift``, a reshape that is
+now ``relpos_core.kernels.skew.rel_shift``; the reference here indexes row Lk - 1 - (i - j)
+directly, the equations as written.
 """
 from __future__ import annotations
 
@@ -27,19 +29,21 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.offsets import relative_offsets
+from relpos_core.terms import PositionTerm, QueryVectors, RowIndex, example_tensor
 
 __all__ = [
     "TransformerXLConfig",
     "RelPartialLearnableAttention",
-    "rel_shift",
     "run_segments",
     "sinusoidal_relative_encoding",
     "transformer_xl_causal_mask",
     "transformer_xl_terms",
+    "position_term",
+    "example_term",
+    "EXAMPLES",
 ]
 
 
@@ -67,26 +71,6 @@ def sinusoidal_relative_encoding(
     inv_freq = 1.0 / (10000 ** (two_m / d_model))  # (d/2,) w_m
     sinusoid = torch.outer(pos_seq, inv_freq)  # (Lk, d/2)
     return torch.cat([sinusoid.sin(), sinusoid.cos()], dim=-1).to(dtype)  # (Lk, d_model)
-
-
-def rel_shift(x: torch.Tensor) -> torch.Tensor:
-    """Move "query vs relative row" scores into "query vs key" places (the paper's _rel_shift).
-
-    Sign convention: ``query_minus_key``. Input x[..., i, r] scores query i against the
-    relative row r, i.e. distance Lk - 1 - r (rows as in ``sinusoidal_relative_encoding``).
-    Output y[..., i, j] = x[..., i, Lq - 1 + j - i], the score at distance
-    (Lk - Lq) + i - j, for every j <= i + (Lk - Lq); other entries are junk and are removed
-    by the causal mask. Same steps as the paper's code, on the last two dims: pad a zero
-    column on the left, reinterpret (Lq, Lk + 1) as (Lk + 1, Lq), drop the first row,
-    reinterpret as (Lq, Lk). Requires Lq <= Lk.
-    """
-    check_tensor("x", x, ndim=tuple(range(2, 9)))
-    *lead, Lq, Lk = x.shape
-    if Lq > Lk:
-        raise ValueError(f"x must have query_len <= key_len in its last two dims, got shape {tuple(x.shape)}")
-    padded = F.pad(x, (1, 0))  # (..., Lq, Lk + 1)
-    padded = padded.reshape(*lead, Lk + 1, Lq)  # (..., Lk + 1, Lq), same memory
-    return padded[..., 1:, :].reshape(*lead, Lq, Lk)  # (..., Lq, Lk)
 
 
 def transformer_xl_causal_mask(query_len: int, key_len: int, *, device=None) -> torch.Tensor:
@@ -159,10 +143,49 @@ def transformer_xl_terms(
 
     a = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk): q_i . k_j
     c = (u[:, None, :] @ k.transpose(-2, -1)).expand(B, H, Lq, Lk)  # (B, H, Lq, Lk): u . k_j
-    b = rel_shift(q @ r.transpose(-2, -1))  # (B, H, Lq, Lk): q_i . r_{i-j}
-    dv = (v[:, None, :] @ r.transpose(-2, -1)).expand(B, H, Lq, Lk)  # (B, H, Lq, Lk) by relative row
-    d_term = rel_shift(dv.contiguous())  # (B, H, Lq, Lk): v . r_{i-j}
+    dist = relative_offsets(Lq, Lk, convention="query_minus_key", query_offset=Lk - Lq,
+                            device=q.device)  # (Lq, Lk) i - j, queries the last Lq keys
+    row = (Lk - 1 - dist).clamp_(0, Lk - 1)  # (Lq, Lk) relative row of distance i - j (future keys: junk)
+    b = torch.gather(q @ r.transpose(-2, -1), -1, row.expand(B, H, Lq, Lk))  # (B, H, Lq, Lk): q_i . r_{i-j}
+    d_term = (v[:, None, :] @ r.transpose(-2, -1))[:, 0][:, row].expand(B, H, Lq, Lk)  # (B, H, Lq, Lk): v . r_{i-j}
     return {"a": a, "b": b, "c": c, "d": d_term}
+
+
+def position_term(r_k: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> PositionTerm:
+    """Transformer-XL's position term for ``rp.attend``: (q_i + u) . k_j + (q_i + v) . r_{i-j}.
+
+    r_k: (H, D, d), the projected rows W_kR R for distances D - 1 .. 0 (the paper's order,
+    as ``RelPartialLearnableAttention.project`` returns them, transposed to heads first);
+    u, v: (H, d). Convention ``query_minus_key``: pair (i, j) reads the row of distance
+    i - j, which must lie in [0, D - 1] for every visible pair (a call reaching further is
+    refused). Decoder only: ``rp.attend`` requires ``causal=True`` (keys after the query
+    have no row). Scale 1/sqrt(d) on all four terms.
+    """
+    check_tensor("r_k", r_k, ndim=3, floating=True)
+    H, D, d = r_k.shape
+    check_tensor("u", u, ndim=2, floating=True, shape={0: H, 1: d})
+    check_tensor("v", v, ndim=2, floating=True, shape={0: H, 1: d})
+
+    def row_of_offsets(off):  # off = j - i = -distance; row D - 1 - distance
+        return off.clamp_(-(D - 1), 0).add_(D - 1)
+
+    rows = RowIndex(D, row_of_offsets, f"row {D - 1} - (i - j), distances 0 .. {D - 1}", min_offset=-(D - 1))
+    return PositionTerm(scheme="transformer_xl", convention="query_minus_key", content_shift=u,
+                        query_vectors=(QueryVectors(r_k, rows, shift=v, name="Transformer-XL (b) + (d)"),),
+                        causal_only=True, notes=dict(distances=D))
+
+
+def example_term(num_heads: int, head_dim: int, k: int, *, device=None, dtype=torch.float32,
+                 generator=None) -> PositionTerm:
+    """Random r_k for ``k`` distances (0 .. k - 1) and random u, v (registry, benchmark)."""
+    r_k = example_tensor(num_heads, k, head_dim, device=device, dtype=dtype, generator=generator, scale=0.3)
+    u, v = (example_tensor(num_heads, head_dim, device=device, dtype=dtype, generator=generator, scale=0.3)
+            for _ in range(2))
+    return position_term(r_k, u, v)
+
+
+EXAMPLES = {"transformer_xl": example_term}
+K_NAMES = {"transformer_xl": "distances"}
 
 
 @dataclass

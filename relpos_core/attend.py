@@ -1,0 +1,169 @@
+"""``rp.attend``: one entry point for every scheme on every kernel path.
+
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb); the KV cache in
+chapter 7 (chapters/07_the_kv_cache.ipynb).
+
+    out = rp.attend(q, k, v, rp.schemes.t5.position_term(table), form="gather", backend="flex", causal=True)
+
+A scheme says *what* (its ``PositionTerm``), the call says *how*: the form (naive, gather,
+skew) and the backend (eager, sdpa, flex), from ``relpos_core.registry``. Before any
+tensor that grows with Lq Lk is allocated, ``attend``
+
+1. checks every argument (ranks, dtypes, devices, lengths >= 1, head size >= 1, finite
+   values) and raises a ValueError that names the parameter and its valid range;
+2. places the queries and keys by the one rule of ``relpos_core.positions`` (queries are
+   the last Lq keys unless ``query_offset`` / ``query_positions`` / ``key_positions`` say
+   otherwise);
+3. refuses a path that cannot compute the term (``registry.unsupported_reason``);
+4. counts the bytes the path will allocate (``measure.analytic.peak_bytes``) and raises
+   ``MemoryBudgetError`` over the budget, naming the cheapest supported path that fits.
+
+Behaviour shared by every path: causality is a mask (never part of a bias); a query
+whose mask hides every key gets a zero output row; non-finite q, k or v are refused
+(``check_finite=False`` skips that scan, and then NaN propagates as each kernel lets it).
+"""
+from __future__ import annotations
+
+import torch
+
+from relpos_core._validate import check_choice, check_tensor
+from relpos_core.kernels import eager, flex, sdpa
+from relpos_core.kernels.forms import BACKENDS, FORMS
+from relpos_core.measure import guard
+from relpos_core.measure.analytic import peak_bytes
+from relpos_core.positions import resolve_positions
+from relpos_core.registry import unsupported_reason
+from relpos_core.terms import NO_POSITION, PositionTerm
+
+__all__ = ["attend", "check_qkv", "choose_form"]
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
+    """(B, H, Lq, d), (B, H, Lk, d), (B, H, Lk, d): one float dtype, one device, every size >= 1."""
+    check_tensor("q", q, ndim=4, dtype=FLOAT_DTYPES)
+    check_tensor("k", k, ndim=4, dtype=FLOAT_DTYPES)
+    check_tensor("v", v, ndim=4, dtype=FLOAT_DTYPES)
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
+    B, H, Lq, d = q.shape
+    for name, size in (("batch size B (q.shape[0])", B), ("number of heads H (q.shape[1])", H),
+                       ("query length Lq (q.shape[2])", Lq), ("head size d (q.shape[3])", d),
+                       ("key length Lk (k.shape[2])", k.shape[2])):
+        if size < 1:
+            raise ValueError(f"{name} must be >= 1, got {size} (shape of q {tuple(q.shape)}, k {tuple(k.shape)})")
+    if tuple(k.shape[:2]) != (B, H) or k.shape[3] != d:
+        raise ValueError(f"k must have shape (B, H, Lk, d) = ({B}, {H}, Lk, {d}), got {tuple(k.shape)}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    return B, H, Lq, k.shape[2], d
+
+
+def _check_term(term: PositionTerm, q: torch.Tensor) -> None:
+    B, H, _, d = q.shape
+    for name, t in term.tensors():
+        if t.device != q.device:
+            raise ValueError(f"the term's {name} must be on q's device {q.device}, got {t.device}")
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"the term's {name} holds non-finite values (NaN or inf)")
+    for piece in term.query_vectors + term.key_vectors + ((term.value,) if term.value is not None else ()):
+        if piece.table.shape[-1] != d:
+            raise ValueError(f"the term's {piece.name} table has head size {piece.table.shape[-1]}, q has d = {d}")
+        if piece.table.dim() == 3 and piece.table.shape[0] != H:
+            raise ValueError(f"the term's {piece.name} table has {piece.table.shape[0]} heads, q has H = {H}")
+    for piece in term.scalars:
+        if piece.num_heads != H:
+            raise ValueError(f"the term's {piece.name} has {piece.num_heads} heads, q has H = {H}")
+    for name, t in (("content_shift", term.content_shift),
+                    *((f"{p.name} shift", p.shift) for p in term.query_vectors if p.shift is not None)):
+        if t is not None and tuple(t.shape) != (H, d):
+            raise ValueError(f"the term's {name} must be (H, d) = ({H}, {d}), got {tuple(t.shape)}")
+
+
+def choose_form(term: PositionTerm, form: str | None) -> str:
+    """``form=None``: "none" for a term with nothing to form (no position, RoPE), else "gather"."""
+    if form is not None:
+        return check_choice("form", form, FORMS)
+    return "gather" if (term.has_logit_terms or term.value is not None) else "none"
+
+
+def _check_offsets_covered(term: PositionTerm, pos, causal: bool) -> None:
+    """Refuse visible pairs whose offset has no row of its own (Transformer-XL's table length)."""
+    lowest = pos.min_offset
+    for piece in term.query_vectors + term.key_vectors:
+        floor = piece.rows.min_offset
+        if floor is not None and lowest < floor:
+            raise ValueError(
+                f"the term's {piece.name} covers offsets j - i >= {floor} ({piece.rows.description}); "
+                f"this call reaches {lowest}: give the table at least {-lowest + 1} rows")
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    term: PositionTerm | None = None,
+    *,
+    form: str | None = None,
+    backend: str = "sdpa",
+    causal: bool = False,
+    query_offset: int | None = None,
+    query_positions: torch.Tensor | None = None,
+    key_positions: torch.Tensor | None = None,
+    check_finite: bool = True,
+    compiled: bool = True,
+    kernel_options: dict | None = None,
+) -> torch.Tensor:
+    """Attention with ``term`` computed by (``form``, ``backend``): (B, H, Lq, d).
+
+    q (B, H, Lq, d), k and v (B, H, Lk, d); ``term`` from a scheme's ``position_term``
+    (None: no position signal). ``form``: "naive", "gather", "skew" or "none" (None picks
+    "gather", or "none" for a term with nothing to form). ``backend``: "eager", "sdpa" or
+    "flex" (``compiled`` and ``kernel_options`` apply to flex only). ``causal``: key j is
+    visible to query i iff key_pos[j] <= query_pos[i], positions as in
+    ``relpos_core.positions``. Sign conventions: each scheme's own (the term records it).
+    """
+    B, H, Lq, Lk, d = check_qkv(q, k, v)
+    term = NO_POSITION if term is None else term
+    if not isinstance(term, PositionTerm):
+        raise ValueError(f"term must be a PositionTerm (from a scheme's position_term) or None, "
+                         f"got {type(term).__name__}")
+    form = choose_form(term, form)
+    check_choice("backend", backend, BACKENDS)
+    check_choice("causal", causal, (False, True))
+    check_choice("check_finite", check_finite, (False, True))
+    check_choice("compiled", compiled, (False, True))
+    if kernel_options is not None and not isinstance(kernel_options, dict):
+        raise ValueError(f"kernel_options must be a dict or None, got {type(kernel_options).__name__}")
+    _check_term(term, q)
+    reason = unsupported_reason(term, form, backend)
+    if reason is not None:
+        raise ValueError(f"form={form!r}, backend={backend!r} cannot compute {term.scheme}: {reason}")
+    if term.causal_only and not causal:
+        raise ValueError(f"{term.scheme} is decoder-only (keys after the query have no relative row): pass causal=True")
+    pos = resolve_positions(Lq, Lk, query_offset=query_offset, query_positions=query_positions,
+                            key_positions=key_positions, device=q.device)
+    if form == "skew" and not pos.contiguous:
+        raise ValueError("form 'skew' needs contiguous positions (each a run of consecutive integers); "
+                         "use form 'gather' for explicit or evicted positions")
+    _check_offsets_covered(term, pos, causal)
+    if check_finite:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"{name} holds non-finite values (NaN or inf); pass check_finite=False to let "
+                                 f"them through (then they reach the output as each kernel propagates them)")
+    sizes = dict(B=B, H=H, Lq=Lq, Lk=Lk, d=d, dtype=q.dtype, contiguous=pos.contiguous, causal=causal,
+                 device_type=q.device.type, num_offsets=pos.max_offset - pos.min_offset + 1)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in [q, k, v] + [t for _, t in term.tensors()])
+    need = peak_bytes(term, form, backend, grad=grad, compiled=compiled, **sizes)
+    guard.check_path_memory(need, term=term, form=form, backend=backend, **sizes)
+    if backend == "eager":
+        return eager.attention(q, k, v, term, form=form, pos=pos, causal=causal)
+    if backend == "sdpa":
+        return sdpa.attention(q, k, v, term, form=form, pos=pos, causal=causal)
+    return flex.attention(q, k, v, term, form=form, pos=pos, causal=causal, compiled=compiled,
+                          kernel_options=kernel_options)

@@ -1,0 +1,46 @@
+"""The eager backend: softmax(scale (q k^T + vector terms) + scalar terms) v, written out.
+
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). The only backend that
+can apply a *value* term (Shaw's a^V changes the output, not the logits), and the
+reference the fused backends are tested against. Causality is a boolean mask applied
+to the logits, never part of a bias. Rows whose mask hides every key return 0 (as SDPA
+and FlexAttention do), not NaN.
+"""
+from __future__ import annotations
+
+import torch
+
+from relpos_core.kernels.forms import form_module, prepare_qk
+
+__all__ = ["attention"]
+
+
+def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:
+    """(B, H, Lq, d) output; arguments already validated by ``relpos_core.attend``."""
+    fm = form_module(form)
+    q_content, q_pos, k = prepare_qk(q, k, term, pos)
+    scores = q_content @ k.transpose(-2, -1)  # (B, H, Lq, Lk) content score
+    del q_content
+    if fm is not None:
+        vec = fm.vector_logits(term, q_pos, k, pos)  # (B, H, Lq, Lk) or None
+        if vec is not None:
+            scores = scores.add_(vec)
+            del vec
+    scores = scores.mul_(term.logit_scale(q.shape[-1]))
+    if fm is not None:
+        bias = fm.scalar_bias(term, pos, scores.dtype)  # (H, Lq, Lk) or None
+        if bias is not None:
+            scores = scores.add_(bias)
+            del bias
+    empty = None
+    if causal:
+        scores = scores.masked_fill_(~pos.visible(), float("-inf"))
+        empty = pos.rows_without_visible_key()  # (Lq,)
+    probs = torch.softmax(scores, dim=-1)  # (B, H, Lq, Lk)
+    del scores
+    if empty is not None and bool(empty.any()):
+        probs = probs.masked_fill(empty[:, None], 0.0)  # no visible key: weight 0, output 0
+    out = probs @ v  # (B, H, Lq, d)
+    if term.value is not None:
+        out = out + fm.value_output(term.value, probs, pos)  # (B, H, Lq, d)
+    return out

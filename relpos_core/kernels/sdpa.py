@@ -1,0 +1,69 @@
+"""The SDPA backend: the position term as a dense ``attn_mask`` to scaled_dot_product_attention.
+
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). Works for any logit
+term (T5, ALiBi, the Shaw key term, DeBERTa's c2p + p2c, Transformer-XL's (b) + (d)),
+costs a (1|B, H, Lq, Lk) tensor, and changes which fused backend runs, so the backend is
+*detected*, not assumed (``relpos_core.measure.backends``). What holds where:
+
+* CPU (torch 2.13): a 2-D or 4-D mask runs the fused ``_flash_attention_for_cpu``; a
+  3-D mask or a mask that requires grad falls back to ``math``. So the bias is passed 4-D.
+* CUDA: FlashAttention takes no ``attn_mask`` at all ("No available kernel"); cuDNN and
+  memory-efficient attention accept a dense mask (on an H200 the default order picks
+  cuDNN first: ``../shared/reference`` data, plotted in chapter 8).
+
+Causality: with no bias and Lq == Lk it is SDPA's own ``is_causal``; otherwise a boolean
+(Lq, Lk) mask, or -inf written into the bias tensor this call built (never into a
+scheme's bias). The bias is an ordinary tensor gathered from the tables, so gradients
+reach them on every device: this is the path that trains where FlexAttention cannot.
+Shaw's value term changes the output, not the logits: no mask can express it (use the
+eager backend). Rows whose mask hides every key return 0.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from relpos_core.kernels.forms import form_module, prepare_qk
+from relpos_core.measure.backends import active_forced_backend, check_backend_supports
+
+__all__ = ["attention", "dense_bias"]
+
+
+def dense_bias(term, q_pos, k, pos, form: str, dtype: torch.dtype) -> torch.Tensor | None:
+    """scale * vector terms + scalar terms as one fresh (1|B, H, Lq, Lk) tensor, or None."""
+    fm = form_module(form)
+    if fm is None or not term.has_logit_terms:
+        return None
+    bias = fm.vector_logits(term, q_pos, k, pos)  # (B, H, Lq, Lk) or None
+    if bias is not None:
+        bias = bias.mul_(term.logit_scale(q_pos.shape[-1]))
+    scalars = fm.scalar_bias(term, pos, dtype)  # (H, Lq, Lk) or None
+    if scalars is not None:
+        bias = scalars.unsqueeze(0) if bias is None else bias.add_(scalars)  # (1|B, H, Lq, Lk)
+    return bias
+
+
+def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:
+    """(B, H, Lq, d) output; arguments already validated by ``relpos_core.attend``."""
+    q_content, q_pos, k = prepare_qk(q, k, term, pos)
+    Lq, Lk = pos.query_len, pos.key_len
+    mask = dense_bias(term, q_pos, k, pos, form, q.dtype)  # (1|B, H, Lq, Lk) or None
+    is_causal = False
+    if causal:
+        if mask is not None:
+            mask = mask.masked_fill_(~pos.visible(), float("-inf"))
+        elif pos.contiguous and pos.shift == 0 and Lq == Lk:
+            is_causal = True  # SDPA's own causal path: no mask tensor at all
+        else:
+            mask = pos.visible()  # (Lq, Lk) bool, True = may attend
+    forced = active_forced_backend()
+    if forced is not None:
+        check_backend_supports(forced, device=q.device, dtype=q.dtype, mask_ndim=None if mask is None else mask.dim(),
+                               mask_requires_grad=mask is not None and mask.requires_grad and torch.is_grad_enabled())
+    out = F.scaled_dot_product_attention(q_content, k, v, attn_mask=mask, is_causal=is_causal,
+                                         scale=term.logit_scale(q.shape[-1]))  # (B, H, Lq, d)
+    if causal and Lq > 0:
+        empty = pos.rows_without_visible_key()  # (Lq,)
+        if bool(empty.any()):
+            out = out.masked_fill(empty[:, None], 0.0)
+    return out
