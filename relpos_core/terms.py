@@ -105,9 +105,10 @@ class ScalarTable:
     def num_heads(self) -> int:
         return self.table.shape[0]
 
-    def values(self, offsets: torch.Tensor) -> torch.Tensor:
-        """(H, *offsets.shape): the bias of each offset."""
-        return self.table[:, self.ids(offsets)]
+    def values(self, offsets: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """(H, *offsets.shape): the bias of each offset (in ``dtype``, default the table's)."""
+        out = self.table[:, self.ids(offsets)]
+        return out if dtype is None else out.to(dtype)
 
 
 @dataclass(frozen=True)
@@ -126,15 +127,16 @@ class ScalarSlopes:
     def num_heads(self) -> int:
         return self.slopes.shape[0]
 
-    def distance(self, offsets: torch.Tensor) -> torch.Tensor:
-        """off, or -|off| when symmetric, as float32."""
-        off = offsets.float()
+    def distance(self, offsets: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """off, or -|off| when symmetric, as ``dtype``."""
+        off = offsets.to(dtype)
         return -off.abs() if self.symmetric else off
 
-    def values(self, offsets: torch.Tensor) -> torch.Tensor:
-        """(H, *offsets.shape) float32."""
+    def values(self, offsets: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """(H, *offsets.shape) in ``dtype`` (default float32)."""
+        dtype = torch.float32 if dtype is None else dtype
         shape = (-1,) + (1,) * offsets.dim()
-        return self.slopes.float().reshape(shape) * self.distance(offsets)
+        return self.slopes.to(dtype).reshape(shape) * self.distance(offsets, dtype)
 
 
 @dataclass(frozen=True)

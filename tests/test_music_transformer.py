@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from relpos_core.kernels import skew as sk
 from relpos_core.schemes import music_transformer as mt
 from tests.references import music_relative_logits_ref
 
@@ -29,10 +30,10 @@ def test_seed_skewing_example():
     torch.manual_seed(0)
     L, d = 6, 8
     q, E = torch.randn(L, d), torch.randn(L, d)  # E[r] embeds distance r - (L - 1)
-    s = mt.skew(q @ E.T)
+    s = sk.skew(q @ E.T)
     i, j = 4, 2
     assert torch.allclose(s[i, j], q[i] @ E[(j - i) + (L - 1)])
-    assert torch.allclose(mt.relative_logits_causal_skew(q, E)[i, j], q[i] @ E[(j - i) + (L - 1)])
+    assert torch.allclose(sk.relative_logits_causal_skew(q, E)[i, j], q[i] @ E[(j - i) + (L - 1)])
 
 
 @pytest.mark.parametrize("shape", [(1, 4), (5, 3), (2, 3, 7, 5)])
@@ -43,9 +44,9 @@ def test_all_forms_match_loop_reference(shape):
     E = torch.randn(2 * L - 1, d, generator=g, dtype=torch.float64)
     want = music_relative_logits_ref(q, E)
     torch.testing.assert_close(mt.relative_logits_gather(q, E), want, **F64)
-    torch.testing.assert_close(mt.relative_logits_bidirectional_skew(q, E), want, **F64)
+    torch.testing.assert_close(sk.relative_logits_bidirectional_skew(q, E), want, **F64)
     # The causal table is the first L rows (distances -(L-1)..0); valid for j <= i.
-    causal = mt.relative_logits_causal_skew(q, E[:L])
+    causal = sk.relative_logits_causal_skew(q, E[:L])
     torch.testing.assert_close(causal[..., _lower(L)], want[..., _lower(L)], **F64)
     assert torch.isnan(music_relative_logits_ref(q, E[:L])[..., ~_lower(L)]).all()  # undefined above
 
@@ -55,8 +56,8 @@ def test_float32_forms_agree():
     q, E = torch.randn(2, 4, 16, 8), torch.randn(31, 8)
     want = music_relative_logits_ref(q, E).float()
     torch.testing.assert_close(mt.relative_logits_gather(q, E), want, **F32)
-    torch.testing.assert_close(mt.relative_logits_bidirectional_skew(q, E), want, **F32)
-    torch.testing.assert_close(mt.relative_logits_causal_skew(q, E[:16])[..., _lower(16)],
+    torch.testing.assert_close(sk.relative_logits_bidirectional_skew(q, E), want, **F32)
+    torch.testing.assert_close(sk.relative_logits_causal_skew(q, E[:16])[..., _lower(16)],
                                want[..., _lower(16)], **F32)
 
 
@@ -66,14 +67,14 @@ def test_gradients_of_skew_forms_match_gather():
     E = torch.randn(17, 5, dtype=torch.float64, requires_grad=True)
     w = torch.randn(2, 9, 9, dtype=torch.float64)
     grads = []
-    for f in (mt.relative_logits_gather, mt.relative_logits_bidirectional_skew):
+    for f in (mt.relative_logits_gather, sk.relative_logits_bidirectional_skew):
         grads.append(torch.autograd.grad((f(q, E) * w).sum(), (q, E)))
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, **F64)
     # causal: masked loss (the junk never reaches the loss)
     m = _lower(9).double()
     g1 = torch.autograd.grad((mt.relative_logits_gather(q, E) * w * m).sum(), (q, E))
-    g2 = torch.autograd.grad((mt.relative_logits_causal_skew(q, E[:9]) * w * m).sum(), (q, E))
+    g2 = torch.autograd.grad((sk.relative_logits_causal_skew(q, E[:9]) * w * m).sum(), (q, E))
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b, **F64)
 
@@ -86,9 +87,9 @@ def test_skews_equal_gather_random_sizes(L, d, lead, seed):
     q = torch.randn(*lead, L, d, generator=g, dtype=torch.float64)
     E = torch.randn(2 * L - 1, d, generator=g, dtype=torch.float64)
     gather = mt.relative_logits_gather(q, E)
-    torch.testing.assert_close(mt.relative_logits_bidirectional_skew(q, E), gather, **F64)
+    torch.testing.assert_close(sk.relative_logits_bidirectional_skew(q, E), gather, **F64)
     low = _lower(L)
-    torch.testing.assert_close(mt.relative_logits_causal_skew(q, E[:L])[..., low], gather[..., low], **F64)
+    torch.testing.assert_close(sk.relative_logits_causal_skew(q, E[:L])[..., low], gather[..., low], **F64)
     if L <= 8:  # the loop reference pins the gather itself
         torch.testing.assert_close(gather, music_relative_logits_ref(q, E), **F64)
 
@@ -101,8 +102,8 @@ def test_two_token_sign(d, seed):
     q = torch.randn(2, d, generator=g, dtype=torch.float64)
     E = torch.zeros(3, d, dtype=torch.float64)
     E[0] = torch.randn(d, generator=g, dtype=torch.float64)  # distance -1 only
-    for s in (mt.relative_logits_gather(q, E), mt.relative_logits_bidirectional_skew(q, E),
-              mt.relative_logits_causal_skew(q, E[:2])):
+    for s in (mt.relative_logits_gather(q, E), sk.relative_logits_bidirectional_skew(q, E),
+              sk.relative_logits_causal_skew(q, E[:2])):
         torch.testing.assert_close(s[1, 0], q[1] @ E[0], **F64)
         assert s[1, 1] == 0 and s[0, 0] == 0
     full = mt.relative_logits_gather(q, E)
@@ -117,21 +118,21 @@ def test_shift_invariance(shift, L, seed):
     q = torch.randn(2, L, 3, generator=g, dtype=torch.float64)
     E = torch.randn(2 * L - 1, 3, generator=g, dtype=torch.float64)
     shifted = music_relative_logits_ref(q, E, positions=[shift + p for p in range(L)])
-    torch.testing.assert_close(mt.relative_logits_bidirectional_skew(q, E), shifted, **F64)
+    torch.testing.assert_close(sk.relative_logits_bidirectional_skew(q, E), shifted, **F64)
 
 
 def test_validation_errors_name_the_parameter():
     q, E = torch.randn(4, 3), torch.randn(7, 3)
     with pytest.raises(ValueError, match="qe"):
-        mt.skew(torch.zeros(4, 5))  # L mismatch
+        sk.skew(torch.zeros(4, 5))  # L mismatch
     with pytest.raises(ValueError, match="qe"):
-        mt.skew(torch.zeros(4))  # rank
+        sk.skew(torch.zeros(4))  # rank
     with pytest.raises(ValueError, match="rel_emb"):
-        mt.relative_logits_causal_skew(q, E)  # 7 rows, needs L = 4
+        sk.relative_logits_causal_skew(q, E)  # 7 rows, needs L = 4
     with pytest.raises(ValueError, match="rel_emb"):
         mt.relative_logits_gather(q, E[:4])  # needs 2L - 1 = 7
     with pytest.raises(ValueError, match="rel_emb"):
-        mt.relative_logits_bidirectional_skew(q, E[:6])
+        sk.relative_logits_bidirectional_skew(q, E[:6])
     with pytest.raises(ValueError, match="rel_emb"):
         mt.relative_logits_gather(q, torch.randn(7, 2))  # head size mismatch
     with pytest.raises(ValueError, match="rel_emb"):
@@ -141,4 +142,4 @@ def test_validation_errors_name_the_parameter():
     with pytest.raises(ValueError, match=r"^q must"):
         mt.relative_logits_gather(torch.randn(3), E)
     with pytest.raises(ValueError, match=r"^q must"):
-        mt.relative_logits_causal_skew(torch.ones(4, 3, dtype=torch.long), E[:4])
+        sk.relative_logits_causal_skew(torch.ones(4, 3, dtype=torch.long), E[:4])

@@ -14,6 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from relpos_core.kernels import skew as sk
 from relpos_core.schemes import transformer_xl as txl
 from tests.references import transformer_xl_attention_ref, transformer_xl_sinusoid_ref, transformer_xl_terms_ref
 
@@ -57,12 +58,12 @@ def _paper_rel_shift(x):
 def test_rel_shift_small_explicit_matrices():
     # y[i, j] = x[i, Lq - 1 + j - i] for j <= i + (Lk - Lq), worked out by hand.
     x = torch.arange(9.0).view(3, 3)  # rows: distances 2, 1, 0
-    y = txl.rel_shift(x)
+    y = sk.rel_shift(x)
     assert [y[0, 0].item()] == [2.0]
     assert [y[1, 0].item(), y[1, 1].item()] == [4.0, 5.0]
     assert y[2].tolist() == [6.0, 7.0, 8.0]
     x = torch.arange(8.0).view(2, 4)  # Lq = 2 queries behind M = 2 cached keys
-    y = txl.rel_shift(x)
+    y = sk.rel_shift(x)
     assert y[0, :3].tolist() == [1.0, 2.0, 3.0]
     assert y[1].tolist() == [4.0, 5.0, 6.0, 7.0]
 
@@ -71,7 +72,7 @@ def test_rel_shift_small_explicit_matrices():
 def test_rel_shift_is_the_papers_rel_shift(Lq, Lk):
     x = torch.randn(2, 3, Lq, Lk)  # (B, H, Lq, Lk)
     want = _paper_rel_shift(x.permute(2, 3, 0, 1).contiguous()).permute(2, 3, 0, 1)
-    assert torch.equal(txl.rel_shift(x), want)  # junk entries included
+    assert torch.equal(sk.rel_shift(x), want)  # junk entries included
 
 
 # --- the four terms ----------------------------------------------------------------------------
@@ -237,9 +238,9 @@ def test_validation_errors_name_the_parameter():
     with pytest.raises(ValueError, match="dtype"):
         txl.sinusoidal_relative_encoding(3, 4, dtype=torch.int64)
     with pytest.raises(ValueError, match=r"^x must"):
-        txl.rel_shift(torch.zeros(3))
+        sk.rel_shift(torch.zeros(3))
     with pytest.raises(ValueError, match=r"^x must"):
-        txl.rel_shift(torch.zeros(4, 3))  # Lq > Lk
+        sk.rel_shift(torch.zeros(4, 3))  # Lq > Lk
     with pytest.raises(ValueError, match="query_len"):
         txl.transformer_xl_causal_mask(4, 3)
     q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4)

@@ -212,7 +212,7 @@ def build_score_mod(term, form: str, q, k, pos, *, causal_in_score_mod: bool = F
             table = piece.table.float().contiguous()  # (H, n)
             adders.append(lambda b, h, qi, ki, off, t=table, ids=ids: t[h, ids[qi, ki]])
         else:
-            vals = gather.per_offset_values(piece, pos).contiguous()  # (H, R_off) fp32
+            vals = gather.per_offset_values(piece, pos, torch.float32).contiguous()  # (H, R_off) fp32
             adders.append(lambda b, h, qi, ki, off, t=vals: t[h, off - lo])
 
     def score_mod(score, b, h, q_idx, kv_idx):

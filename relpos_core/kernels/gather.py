@@ -29,10 +29,10 @@ def per_row_scores(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return x @ table.to(x.dtype).transpose(-2, -1)  # (B, H, L, R)
 
 
-def per_offset_values(piece, pos) -> torch.Tensor:
-    """A scalar piece's bias at every offset min_offset .. max_offset: (H, R_off) float32."""
+def per_offset_values(piece, pos, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A scalar piece's bias at every offset min_offset .. max_offset: (H, R_off)."""
     offsets = torch.arange(pos.min_offset, pos.max_offset + 1, device=pos.query.device)  # (R_off,)
-    return piece.values(offsets).float()  # (H, R_off)
+    return piece.values(offsets, dtype)  # (H, R_off)
 
 
 def vector_logits(term, q: torch.Tensor, k: torch.Tensor, pos) -> torch.Tensor | None:
@@ -65,9 +65,8 @@ def scalar_bias(term, pos, dtype: torch.dtype) -> torch.Tensor | None:
     Lq, Lk = pos.query_len, pos.key_len
     per_offset = None
     for piece in term.scalars:
-        vals = per_offset_values(piece, pos)  # (H, R_off)
+        vals = per_offset_values(piece, pos, dtype)  # (H, R_off)
         per_offset = vals if per_offset is None else per_offset.add_(vals)
-    per_offset = per_offset.to(dtype)
     if pos.contiguous:
         # column j - i + Lq - 1 of row h: window Lq - 1 - i of length Lk, read right to left in i
         return per_offset.unfold(1, Lk, 1).flip(1)  # (H, Lq, Lk), one copy

@@ -78,7 +78,7 @@ def scalar_bias(term, pos, dtype: torch.dtype) -> torch.Tensor | None:
         return None
     out = None
     for piece in term.scalars:
-        b = piece.values(pos.offsets()).to(dtype)  # (H, Lq, Lk): T5 buckets every pair here
+        b = piece.values(pos.offsets(), dtype)  # (H, Lq, Lk): T5 buckets every pair here
         out = b if out is None else out.add_(b)
     return out
 

@@ -34,6 +34,8 @@ __all__ = [
     "skew",
     "rel_shift",
     "rel_shift_bidirectional",
+    "relative_logits_causal_skew",
+    "relative_logits_bidirectional_skew",
     "skew_view",
     "vector_logits",
     "value_output",
@@ -98,6 +100,37 @@ def rel_shift_bidirectional(qe: torch.Tensor) -> torch.Tensor:
     padded = F.pad(qe, (1, 0))  # (..., L, 2L)
     flat = padded.reshape(*lead, 2 * L * L)[..., L:]  # (..., L (2L - 1))
     return flat.reshape(*lead, L, 2 * L - 1)[..., :L]  # (..., L, L)
+
+
+def relative_logits_causal_skew(q: torch.Tensor, rel_emb: torch.Tensor) -> torch.Tensor:
+    """The Music Transformer's decoder logits q_i . E[j - i + L - 1] for j <= i, by ``skew``.
+
+    Sign convention: ``key_minus_query``. q (..., L, d); rel_emb (L, d), row r embeds
+    distance r - (L - 1) (the last row is distance 0). Returns (..., L, L); entries with
+    j > i are junk and must be masked. Extra memory O(L^2), not O(L^2 d).
+    """
+    check_tensor("q", q, ndim=_ANY_RANK, floating=True)
+    L, d = q.shape[-2], q.shape[-1]
+    check_tensor("rel_emb", rel_emb, ndim=2, floating=True, dtype=q.dtype, shape={1: d})
+    if rel_emb.shape[0] != L:
+        raise ValueError(f"rel_emb must have L = {L} rows (distances -(L-1) .. 0) for the causal skew, "
+                         f"got shape {tuple(rel_emb.shape)}")
+    return skew(q @ rel_emb.transpose(0, 1))  # (..., L, L)
+
+
+def relative_logits_bidirectional_skew(q: torch.Tensor, rel_emb: torch.Tensor) -> torch.Tensor:
+    """Encoder logits q_i . E[j - i + L - 1] for every (i, j), by ``rel_shift_bidirectional``.
+
+    Sign convention: ``key_minus_query``. q (..., L, d); rel_emb (2L - 1, d), row r embeds
+    distance r - (L - 1). Returns (..., L, L), no junk.
+    """
+    check_tensor("q", q, ndim=_ANY_RANK, floating=True)
+    L, d = q.shape[-2], q.shape[-1]
+    check_tensor("rel_emb", rel_emb, ndim=2, floating=True, dtype=q.dtype, shape={1: d})
+    if rel_emb.shape[0] != 2 * L - 1:
+        raise ValueError(f"rel_emb must have 2L - 1 = {2 * L - 1} rows for a sequence of length L = {L}, "
+                         f"got shape {tuple(rel_emb.shape)}")
+    return rel_shift_bidirectional(q @ rel_emb.transpose(0, 1))  # (..., L, L)
 
 
 def skew_view(per_offset: torch.Tensor, query_len: int, key_len: int, *, side: str = "query") -> torch.Tensor:
