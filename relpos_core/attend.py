@@ -16,7 +16,8 @@ tensor that grows with Lq Lk is allocated, ``attend``
    otherwise);
 3. refuses a path that cannot compute the term (``registry.unsupported_reason``);
 4. counts the bytes the path will allocate (``measure.analytic.peak_bytes``) and raises
-   ``MemoryBudgetError`` over the budget, naming the cheapest supported path that fits.
+   ``MemoryBudgetError`` over the budget, naming the cheapest supported path that fits;
+5. scans q, k, v (and the term's tables) for NaN and inf.
 
 Behaviour shared by every path: causality is a mask (never part of a bias); a query
 whose mask hides every key gets a zero output row; non-finite q, k or v are refused
@@ -68,8 +69,6 @@ def _check_term(term: PositionTerm, q: torch.Tensor) -> None:
     for name, t in term.tensors():
         if t.device != q.device:
             raise ValueError(f"the term's {name} must be on q's device {q.device}, got {t.device}")
-        if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"the term's {name} holds non-finite values (NaN or inf)")
     for piece in term.query_vectors + term.key_vectors + ((term.value,) if term.value is not None else ()):
         if piece.table.shape[-1] != d:
             raise ValueError(f"the term's {piece.name} table has head size {piece.table.shape[-1]}, q has d = {d}")
@@ -143,6 +142,9 @@ def attend(
     reason = unsupported_reason(term, form, backend)
     if reason is not None:
         raise ValueError(f"form={form!r}, backend={backend!r} cannot compute {term.scheme}: {reason}")
+    if backend == "flex" and q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"backend 'flex' takes q, k, v in float16, bfloat16 or float32 (FlexAttention has no "
+                         f"float64 kernel), got {q.dtype}; use backend 'eager' or 'sdpa' for float64")
     if term.causal_only and not causal:
         raise ValueError(f"{term.scheme} is decoder-only (keys after the query have no relative row): pass causal=True")
     pos = resolve_positions(Lq, Lk, query_offset=query_offset, query_positions=query_positions,
@@ -151,16 +153,16 @@ def attend(
         raise ValueError("form 'skew' needs contiguous positions (each a run of consecutive integers); "
                          "use form 'gather' for explicit or evicted positions")
     _check_offsets_covered(term, pos, causal)
-    if check_finite:
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            if not bool(torch.isfinite(t).all()):
-                raise ValueError(f"{name} holds non-finite values (NaN or inf); pass check_finite=False to let "
-                                 f"them through (then they reach the output as each kernel propagates them)")
     sizes = dict(B=B, H=H, Lq=Lq, Lk=Lk, d=d, dtype=q.dtype, contiguous=pos.contiguous, causal=causal,
                  device_type=q.device.type, num_offsets=pos.max_offset - pos.min_offset + 1)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in [q, k, v] + [t for _, t in term.tensors()])
-    need = peak_bytes(term, form, backend, grad=grad, compiled=compiled, **sizes)
+    need = peak_bytes(term, form, backend, grad=grad, compiled=compiled, check_finite=check_finite, **sizes)
     guard.check_path_memory(need, term=term, form=form, backend=backend, **sizes)
+    if check_finite:
+        for name, t in (("q", q), ("k", k), ("v", v), *((f"the term's {n}", t) for n, t in term.tensors())):
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"{name} holds non-finite values (NaN or inf); pass check_finite=False to let "
+                                 f"them through (then they reach the output as each kernel propagates them)")
     if backend == "eager":
         return eager.attention(q, k, v, term, form=form, pos=pos, causal=causal)
     if backend == "sdpa":

@@ -30,6 +30,7 @@ file in ``relpos_core/schemes`` that builds its ``PositionTerm`` from these piec
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -216,9 +217,11 @@ class PositionTerm:
     notes: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.scale is not None and not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale)
-                                           and self.scale > 0):
-            raise ValueError(f"scale must be a finite positive number or None (1/sqrt(d)), got {self.scale!r}")
+        if self.scale is not None:
+            ok = isinstance(self.scale, numbers.Real) and not isinstance(self.scale, bool)
+            if not (ok and math.isfinite(float(self.scale)) and float(self.scale) > 0):
+                raise ValueError(f"scale must be a finite positive number or None (1/sqrt(d)), got {self.scale!r}")
+            object.__setattr__(self, "scale", float(self.scale))
         if self.content_shift is not None:
             check_tensor("content_shift", self.content_shift, ndim=2, floating=True)
 

@@ -9,9 +9,9 @@ O(L k) extra numbers instead of O(L^2 d), plus the int64 [Lq, Lk] index that
 * vector terms: ``x @ E^T`` per row, then ``torch.gather`` by ``row(j - i)``; key-side
   terms (DeBERTa's p2c) gather along the key axis and transpose;
 * scalar terms (T5, ALiBi): the bias of each *offset* (Lq + Lk - 1 of them, never one per
-  pair), then the dense [H, Lq, Lk] bias as a sliding window over that row (``unfold``)
-  when positions are contiguous, or an index per pair otherwise. This per-offset table is
-  also what the FlexAttention path reads (``relpos_core.kernels.flex``);
+  pair: T5 buckets Lq + Lk - 1 numbers, not Lq Lk), then the dense [H, Lq, Lk] bias read
+  from that row through one int64 column index per pair. This per-offset table is also
+  what the FlexAttention path reads (``relpos_core.kernels.flex``);
 * the value term (Shaw): the weights are summed into their row buckets (``scatter_add``),
   then one [Lq, R] @ [R, d] matmul.
 
@@ -67,11 +67,8 @@ def scalar_bias(term, pos, dtype: torch.dtype) -> torch.Tensor | None:
     for piece in term.scalars:
         vals = per_offset_values(piece, pos, dtype)  # (H, R_off)
         per_offset = vals if per_offset is None else per_offset.add_(vals)
-    if pos.contiguous:
-        # column j - i + Lq - 1 of row h: window Lq - 1 - i of length Lk, read right to left in i
-        return per_offset.unfold(1, Lk, 1).flip(1)  # (H, Lq, Lk), one copy
-    cols = pos.offsets().sub_(pos.min_offset)  # (Lq, Lk) int64 column of each pair
-    return per_offset[:, cols]  # (H, Lq, Lk)
+    cols = pos.offsets().sub_(pos.min_offset).reshape(-1)  # (Lq Lk,) int64: column of each pair's offset
+    return per_offset.index_select(1, cols).view(-1, Lq, Lk)  # (H, Lq, Lk), written once, contiguous
 
 
 def value_output(value, probs: torch.Tensor, pos) -> torch.Tensor:

@@ -11,7 +11,7 @@ and the scheme's tables excluded, the output included), so the two can be compar
 Kernel workspaces are counted from the kernels' own sources, for the torch version this
 book pins (2.13, CPU): SDPA's fused CPU kernel (``_scaled_dot_product_flash_attention_for_cpu``)
 takes ``num_threads x (qSplit kvSplit + 2 qSplit + qSplit d)`` fp32 numbers, with
-qSplit = 256 / 64 / 32 for Lq >= 768 / >= 192 / smaller and kvSplit = min(512, Lk),
+qSplit = min(Lq, 256 / 64 / 32 for Lq >= 768 / >= 192 / smaller), kvSplit = min(512, Lk),
 plus a logsumexp (B, H, Lq) fp32; compiled FlexAttention's CPU template allocates its
 per-thread buffers and a reordered copy of k and v (``torch/_inductor/codegen/
 cpp_flex_attention_template.py``). On CUDA only the output and the logsumexp are counted
@@ -96,6 +96,11 @@ def _scalar_values_peak(piece, n: int, out_size: int) -> int:
     return _F32 * n * (3 if piece.symmetric else 1) + out_size
 
 
+def _broadcast_copy(B: int, H: int, R: int, d: int, es: int, per_head: bool) -> int:
+    """x (B, H, n, d) @ E^T with a per-head E (H, d, R): matmul expands E to (B, H, d, R), a copy when B > 1."""
+    return B * H * R * d * es if per_head and B > 1 else 0
+
+
 def _rope(m: Ledger, n: int, X: int, d: int, es: int) -> None:
     """apply_rope on x of X bytes and n positions; leaves the rotated x (X bytes) alive."""
     m.transient(_F32 * n, _F32 * n * d // 2, _F32 * n * d, _F32 * n * d, _F32 * n * d)  # freqs, emb, cos, sin
@@ -134,6 +139,7 @@ def _vector_pieces(m: Ledger, term, form: str, *, B, H, Lq, Lk, d, es, n_off) ->
         elif form == "gather":
             rows = m.new(_I64 * P)
             m.transient(_rows_bytes(piece.rows, P))
+            m.transient(_broadcast_copy(B, H, piece.rows.num_rows, d, es, per_head))
             per_row = m.new(B * H * n * piece.rows.num_rows * es)
             m.transient(S if out == 0 else S)
             m.drop(rows, per_row)
@@ -142,8 +148,9 @@ def _vector_pieces(m: Ledger, term, form: str, *, B, H, Lq, Lk, d, es, n_off) ->
         else:  # skew
             m.transient(_I64 * n_off, _rows_bytes(piece.rows, n_off))
             e = m.new((H if per_head else 1) * n_off * d * _table_size(piece))
+            copy = m.new(_broadcast_copy(B, H, n_off, d, es, per_head))
             per_offset = m.new(B * H * n * n_off * es)
-            m.drop(e)
+            m.drop(e, copy)
             if out == 0:
                 m.new(S)  # the first piece's clone of the view
             m.drop(per_offset)
@@ -174,10 +181,9 @@ def _scalar_pieces(m: Ledger, term, form: str, *, H, Lq, Lk, es, contiguous, n_o
         m.new(H * n_off * es)
         m.drop(per_offset)
         per_offset = H * n_off * es
-    if not contiguous:
-        m.transient(_I64 * P)  # the column index of every pair
+    cols = m.new(_I64 * P)  # the column of every pair's offset
     m.new(out)
-    m.drop(per_offset)
+    m.drop(cols, per_offset)
     return out
 
 
@@ -207,7 +213,7 @@ def _sdpa_kernel(m: Ledger, *, B, H, Lq, Lk, d, es, device_type: str, threads: i
     """SDPA's own allocations beyond the output (see the module docstring)."""
     m.new(B * H * Lq * _F32)  # logsumexp
     if device_type == "cpu":
-        q_split = 256 if Lq >= 768 else 64 if Lq >= 192 else 32
+        q_split = min(Lq, 256 if Lq >= 768 else 64 if Lq >= 192 else 32)
         kv_split = min(512, Lk)
         m.new(threads * (q_split * kv_split + 2 * q_split + q_split * d) * _F32)
         if es != _F32:
@@ -240,6 +246,7 @@ def _flex_tables(m: Ledger, term, form: str, *, B, H, Lq, Lk, d, es, n_off) -> N
         X = B * H * n * d * es
         shift = m.new(X) if getattr(piece, "shift", None) is not None else 0
         copies = m.new(X * _F32 // es) if es != _F32 else 0
+        m.transient(_broadcast_copy(B, H, piece.rows.num_rows, d, _F32, piece.table.dim() == 3))
         unscaled = m.new(B * H * n * piece.rows.num_rows * _F32)
         m.new(B * H * n * piece.rows.num_rows * _F32)  # scaled: kept
         m.drop(unscaled, copies, shift)
@@ -258,13 +265,14 @@ def _flex_tables(m: Ledger, term, form: str, *, B, H, Lq, Lk, d, es, n_off) -> N
         else:
             m.transient(_I64 * n_off, _scalar_values_peak(piece, n_off, H * n_off * _F32))
             m.new(H * n_off * _F32)  # per-offset bias: kept
-    del per_pair
+    if not any(isinstance(p, ScalarSlopes) for p in term.scalars):
+        m.drop(per_pair)  # read by no score_mod: freed when the score_mod is built
 
 
 def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: int, d: int,
                dtype: torch.dtype = torch.float32, contiguous: bool = True, grad: bool = False,
                device_type: str = "cpu", threads: int | None = None, num_offsets: int | None = None,
-               causal: bool = False, compiled: bool = True) -> int:
+               causal: bool = False, compiled: bool = True, check_finite: bool = True) -> int:
     """Peak bytes ``rp.attend(q, k, v, term, form=form, backend=backend)`` allocates (module docstring).
 
     ``num_offsets``: distinct offsets of the call (default Lq + Lk - 1, contiguous positions).
@@ -274,6 +282,9 @@ def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: in
     n_off = Lq + Lk - 1 if num_offsets is None else num_offsets
     S, Xq, Xk, P = B * H * Lq * Lk * es, B * H * Lq * d * es, B * H * Lk * d * es, Lq * Lk
     m = Ledger(keep_all=grad)
+    if check_finite:  # torch.isfinite(x).all(): |x| and three boolean masks, for q, k and v in turn
+        for n in (B * H * Lq * d, B * H * Lk * d, B * H * Lk * d):
+            m.transient(n * es, 3 * n)
     m.new(_I64 * Lk)  # the key positions
     if term.rotary is not None:
         _rope(m, Lq, Xq, d, es)  # rotated q: kept
@@ -299,7 +310,9 @@ def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: in
             if bias:
                 m.transient(P, P)  # the visible mask and its negation
             elif not (contiguous and Lq == Lk):
-                m.new(P)  # a boolean (Lq, Lk) mask
+                m.new(P)  # a boolean (Lq, Lk) mask ...
+                if device_type == "cpu":
+                    m.new(P * es)  # ... which the fused CPU kernel converts to a float mask
         m.new(Xq)  # the output
         _sdpa_kernel(m, B=B, H=H, Lq=Lq, Lk=Lk, d=d, es=es, device_type=device_type, threads=threads)
         return m.peak
@@ -334,6 +347,7 @@ def analytic_bytes(scheme: str, form: str, backend: str, *, B: int, H: int, Lq: 
     check_choice("backend", backend, BACKENDS)
     for name, value in (("B", B), ("H", H), ("Lq", Lq), ("Lk", Lk), ("d", d), ("k", k)):
         check_int(name, value, min_value=1)
+    dtype_size(dtype)
     term = example_term(scheme, num_heads=H, head_dim=d, k=k, device="meta", dtype=dtype)
     reason = unsupported_reason(term, form, backend)
     if reason is not None:

@@ -1,0 +1,109 @@
+"""The byte counts and the memory guard: counted before allocating, measured after, refused in between."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import relpos_core as rp
+from relpos_core import registry
+from relpos_core.measure import MemoryBudgetError, measure_peak_memory, memory_budget
+from relpos_core.measure.analytic import analytic_bytes, peak_bytes
+from tests.test_attend import COMPILED_CASES
+
+MiB, GiB = 2**20, 2**30
+H, B = 2, 2
+
+
+def _call(scheme, form, backend, Lq, Lk, d, causal, compiled=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    term = registry.example_term(scheme, num_heads=H, head_dim=d, k=40 if scheme == "transformer_xl" else 6,
+                                 generator=g)
+    q, k, v = (torch.randn(B if backend != "flex" else 1, H, n, d, generator=g) for n in (Lq, Lk, Lk))
+    return term, q, (lambda: rp.attend(q, k, v, term, form=form, backend=backend, causal=causal, compiled=compiled))
+
+
+@pytest.mark.parametrize("path", [p for p in registry.paths() if p.backend != "flex"],
+                         ids=lambda p: f"{p.scheme}-{p.form}-{p.backend}")
+def test_counted_bytes_match_the_cpu_profiler(path):
+    """Eager and SDPA paths, B = 2, Lq != Lk, causal: counted == measured within 1%."""
+    Lq, Lk, d = 24, 37, 16
+    causal = True
+    term, q, fn = _call(path.scheme, path.form, path.backend, Lq, Lk, d, causal)
+    with torch.no_grad():
+        measured = measure_peak_memory(fn)
+    counted = peak_bytes(term, path.form, path.backend, B=B, H=H, Lq=Lq, Lk=Lk, d=d, causal=causal)
+    assert abs(measured - counted) <= 0.01 * counted, (measured, counted)
+
+
+@pytest.mark.parametrize("case", COMPILED_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_counted_bytes_match_compiled_flex(case):
+    """The compiled FlexAttention kernels of test_attend (reused, not recompiled): within 1%."""
+    scheme, form, Lq, Lk, causal = case
+    g = torch.Generator().manual_seed(1)
+    term = registry.example_term(scheme, num_heads=H, head_dim=16, k=6, generator=g)
+    q, k, v = (torch.randn(1, H, n, 16, generator=g) for n in (Lq, Lk, Lk))
+    with torch.no_grad():
+        fn = lambda: rp.attend(q, k, v, term, form=form, backend="flex", causal=causal)  # noqa: E731
+        fn()
+        measured = measure_peak_memory(fn)
+    counted = peak_bytes(term, form, "flex", B=1, H=H, Lq=Lq, Lk=Lk, d=16, causal=causal)
+    assert abs(measured - counted) <= 0.01 * counted + 512, (measured, counted)  # + the BlockMask's few ints
+
+
+def test_the_guard_refuses_before_allocating_and_names_a_path_that_fits():
+    L, d = 4096, 64
+    term = rp.schemes.shaw.position_term(rel_key=torch.randn(129, d), max_relative_position=64)
+    q = k = v = torch.randn(1, 1, L, d)
+
+    def refused():
+        with pytest.raises(MemoryBudgetError) as info:
+            rp.attend(q, k, v, term, form="naive", backend="sdpa")
+        return info.value
+
+    with memory_budget(GiB):
+        peak = measure_peak_memory(refused)
+        err = refused()
+    assert peak < MiB  # the 4 GiB [L, L, d] tensor was never allocated
+    msg = str(err)
+    naive = peak_bytes(term, "naive", "sdpa", B=1, H=1, Lq=L, Lk=L, d=d)
+    assert f"would materialise {rp.measure.guard.format_bytes(naive)}" in msg and "1.0 GiB" in msg
+    assert "use form='gather', backend='flex'" in msg or "use form='skew'" in msg or "use form='gather'" in msg
+    # the suggested path is itself guarded and fits
+    form, backend = msg.split("use form=")[1].split(" (")[0].replace("'", "").split(", backend=")
+    assert peak_bytes(term, form, backend, B=1, H=1, Lq=L, Lk=L, d=d) <= GiB
+
+
+def test_a_dense_fp32_bias_of_16_heads_at_16384_is_16_gib():
+    """The failure mode behind the guard: one dense fp32 bias [1, 16, L, L] at L = 16384 is 2**34 bytes
+    (16 GiB, 17.2 GB); the SDPA path also holds the int64 column index of every pair (2 GiB) while it
+    reads the bias out of the per-offset table; FlexAttention reads that table in the kernel (a few MiB)."""
+    L = 16384
+    dense = analytic_bytes("t5", "gather", "sdpa", B=1, H=16, Lq=L, Lk=L, d=64, k=128)
+    flex = analytic_bytes("t5", "gather", "flex", B=1, H=16, Lq=L, Lk=L, d=64, k=128)
+    flex -= analytic_bytes("none", "none", "flex", B=1, H=16, Lq=L, Lk=L, d=64)  # the kernel's own buffers
+    assert 16 * L * L * 4 == 2**34 == 16 * GiB and round(2**34 / 1e9, 1) == 17.2
+    assert 16 * GiB + 2 * GiB <= dense < 16 * GiB + 2 * GiB + 64 * MiB
+    assert 16 * (2 * L - 1) * 4 <= flex < 8 * MiB  # the [H, 2L - 1] fp32 per-offset table and small change
+
+
+def test_builders_are_guarded():
+    with memory_budget(MiB):
+        for call in (lambda: rp.relative_offsets(4096), lambda: rp.schemes.alibi.alibi_bias(8, 2048),
+                     lambda: rp.schemes.t5.t5_bias_from_table(torch.randn(32, 8), 2048),
+                     lambda: rp.attention_weights(torch.randn(1, 1, 2048, 8), torch.randn(1, 1, 2048, 8))):
+            with pytest.raises(MemoryBudgetError):
+                call()
+
+
+def test_counts_grow_as_the_formulas_say():
+    """naive Shaw: [L, L, d] per layer (shared by heads); gather: the int64 index and per-row scores."""
+    d, k = 64, 64
+    naive = [analytic_bytes("shaw_key", "naive", "eager", B=1, H=1, Lq=L, Lk=L, d=d, k=k) for L in (1024, 2048)]
+    gather = [analytic_bytes("shaw_key", "gather", "eager", B=1, H=1, Lq=L, Lk=L, d=d, k=k) for L in (1024, 2048)]
+    assert naive[1] - naive[0] >= (2048**2 - 1024**2) * d * 4  # the [L, L, d] fp32 tensor alone
+    assert gather[1] / gather[0] == pytest.approx(4, rel=0.01)  # L^2 terms only (scores, index), no d
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert analytic_bytes("rope", "none", "sdpa", B=1, H=1, Lq=4096, Lk=4096, d=64) < 16 * MiB
