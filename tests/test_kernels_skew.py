@@ -1,74 +1,50 @@
-"""Skew kernel path == the scheme references (float64), fp32 tolerance 1e-5."""
+"""The skew reshapes: each equal to its definition, junk entries and all (kernels/skew.py)."""
 from __future__ import annotations
-
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relpos_core.kernels import skew
-from relpos_core.schemes import music_transformer as mt
-from relpos_core.schemes import shaw
-from relpos_core.schemes import transformer_xl as txl
-
-TOL = dict(atol=1e-5, rtol=1e-5)
 
 
-def qkv(B=2, H=2, L=12, d=8, seed=2):
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(B, H, L, d, generator=g) for _ in range(3))
+def _definition(per_offset, Lq, Lk, side):
+    """(i, j) -> column j - i + Lq - 1 of query row i, or column i - j + Lk - 1 of key row j."""
+    B, H = per_offset.shape[:2]
+    out = torch.empty(B, H, Lq, Lk, dtype=per_offset.dtype)
+    for i in range(Lq):
+        for j in range(Lk):
+            out[:, :, i, j] = per_offset[:, :, i, j - i + Lq - 1] if side == "query" else \
+                per_offset[:, :, j, i - j + Lk - 1]
+    return out
 
 
-@pytest.mark.parametrize("kmax", [3, 20])
-def test_shaw_key_logits_by_skew(kmax):
-    q, _, _ = qkv()
-    rk = torch.randn(2 * kmax + 1, 8)
-    want = shaw.shaw_relative_logits(q.double(), rk.double(), max_relative_position=kmax)
-    torch.testing.assert_close(skew.shaw_key_logits(q, rk, max_relative_position=kmax).double(), want, **TOL)
-    causal = skew.shaw_key_logits(q, rk, max_relative_position=kmax, causal=True).double()
-    lower = torch.ones(12, 12, dtype=torch.bool).tril()  # j <= i: the entries the causal skew defines
-    torch.testing.assert_close(causal[..., lower], want[..., lower], **TOL)
+@settings(max_examples=40, deadline=None)
+@given(Lq=st.integers(1, 9), Lk=st.integers(1, 9), side=st.sampled_from(["query", "key"]))
+def test_skew_view_reads_the_right_column_without_copying(Lq, Lk, side):
+    rows = Lq if side == "query" else Lk
+    per_offset = torch.randn(2, 3, rows, Lq + Lk - 1, dtype=torch.float64)
+    view = skew.skew_view(per_offset, Lq, Lk, side=side)
+    assert view.data_ptr() >= per_offset.data_ptr() and view.untyped_storage().data_ptr() == \
+        per_offset.untyped_storage().data_ptr()  # a view of the same memory
+    torch.testing.assert_close(view, _definition(per_offset, Lq, Lk, side))
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_shaw_attention_by_skew(causal):
-    q, k, v = qkv()
-    rk = torch.randn(9, 8)
-    want = shaw.shaw_attention(q.double(), k.double(), v.double(), rel_key=rk.double(), max_relative_position=4,
-                               causal=causal)
-    got = skew.shaw_attention(q, k, v, rel_key=rk, max_relative_position=4, causal=causal)
-    torch.testing.assert_close(got.double(), want, **TOL)
+@pytest.mark.parametrize("L", [1, 2, 5])
+def test_music_transformer_skew_and_bidirectional_rel_shift(L):
+    q, E = torch.randn(L, 4, dtype=torch.float64), torch.randn(2 * L - 1, 4, dtype=torch.float64)
+    want = torch.stack([torch.stack([q[i] @ E[j - i + L - 1] for j in range(L)]) for i in range(L)])
+    torch.testing.assert_close(skew.relative_logits_bidirectional_skew(q, E), want)
+    causal = skew.relative_logits_causal_skew(q, E[:L])
+    low = torch.ones(L, L, dtype=torch.bool).tril()
+    torch.testing.assert_close(causal[low], want[low])
 
 
-def test_music_transformer_logits_equal_the_gather():
-    q, _, _ = qkv()
-    E = torch.randn(23, 8)
-    want = mt.relative_logits_gather(q.double(), E.double())
-    torch.testing.assert_close(skew.relative_logits(q, E, causal=False).double(), want, **TOL)
-
-
-def test_transformer_xl_position_logits_are_terms_b_plus_d():
-    q, k, _ = qkv()
-    r, u, vb = torch.randn(2, 12, 8), torch.randn(2, 8), torch.randn(2, 8)
-    t = txl.transformer_xl_terms(q.double(), k.double(), r.double(), u.double(), vb.double(), r_layout="HLd")
-    visible = txl.transformer_xl_causal_mask(12, 12)
-    got = skew.transformer_xl_position_logits(q, r, vb).double()
-    torch.testing.assert_close(got[..., visible], (t["b"] + t["d"])[..., visible], **TOL)
-
-
-@pytest.mark.parametrize("call, match", [
-    (lambda q: skew.relative_logits(q, torch.randn(6, 8), causal=False), "rel_emb must have 2L - 1 = 11 rows"),
-    (lambda q: skew.relative_logits(q, torch.randn(11, 8), causal=True), "rel_emb must have L = 6 rows"),
-    (lambda q: skew.shaw_attention(q, q[:, :, :4], q[:, :, :4], rel_key=torch.randn(5, 8), max_relative_position=2),
-     "gather path"),
-    (lambda q: skew.shaw_attention(q, q, q, rel_key=torch.randn(5, 8), rel_value=torch.randn(5, 8),
-                                   max_relative_position=2), "rel_value"),
-    (lambda q: skew.shaw_key_logits(q, torch.randn(5, 8), max_relative_position=-1), "max_relative_position"),
-    (lambda q: skew.transformer_xl_position_logits(q, torch.randn(2, 3, 8), torch.randn(2, 8)), "query_len"),
-])
-def test_bad_input_raises_value_error(call, match):
-    q = torch.randn(1, 2, 6, 8)
-    with pytest.raises(ValueError, match=match):
-        call(q)
+def test_rel_shift_needs_lq_at_most_lk_and_square_skew():
+    with pytest.raises(ValueError, match="query_len <= key_len"):
+        skew.rel_shift(torch.zeros(4, 3))
+    with pytest.raises(ValueError, match="square"):
+        skew.skew(torch.zeros(4, 5))
+    with pytest.raises(ValueError, match="per_offset must be"):
+        skew.skew_view(torch.zeros(1, 1, 3, 4), 3, 3)

@@ -1,0 +1,167 @@
+"""A catalogue of bad inputs: each must raise a ValueError that names the parameter (and its range).
+
+Used by ``tests/test_bad_inputs.py`` (every case, in-process) and ``tools/bad_inputs.py``
+(every case in a forked child with a time limit, to classify crashes and hangs too).
+A case is (id, call, expected text in the error message).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import relpos_core as rp
+from relpos_core import registry
+from relpos_core.measure import memory_budget
+
+H, D = 2, 8
+
+
+def _qkv(Lq=4, Lk=6, d=D, dtype=torch.float32, B=1):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(B, H, n, d, generator=g).to(dtype) for n in (Lq, Lk, Lk)]
+
+
+def _term(scheme, d=D, dtype=torch.float32):
+    return registry.example_term(scheme, num_heads=H, head_dim=d, k=8, dtype=dtype,
+                                 generator=torch.Generator().manual_seed(1))
+
+
+def _attend_cases(scheme, form, backend):
+    causal = scheme == "transformer_xl" or None
+    base = dict(form=form, backend=backend, causal=bool(causal), compiled=False)
+
+    def call(q=None, k=None, v=None, term="default", **kw):
+        qq, kk, vv = _qkv()
+        t = _term(scheme) if term == "default" else term
+        args = {**base, **kw}
+        return lambda: rp.attend(qq if q is None else q, kk if k is None else k, vv if v is None else v, t, **args)
+
+    q, k, v = _qkv()
+    nan_future = k.clone()
+    nan_future[:, :, -1] = float("nan")
+    yield "q rank 3", call(q=q[0]), "q must have rank 4"
+    yield "q integer", call(q=q.long()), "q must have dtype"
+    yield "k other dtype", call(k=k.double()), "k must have q's dtype"
+    yield "v other length", call(v=v[:, :, :-1]), "v must have k's shape"
+    yield "k other head size", call(k=k[..., :-1]), "k must have shape"
+    yield "Lq = 0", call(q=q[:, :, :0]), "query length Lq"
+    yield "Lk = 0", call(k=k[:, :, :0], v=v[:, :, :0]), "key length Lk"
+    yield "d = 0", call(q=q[..., :0], k=k[..., :0], v=v[..., :0]), "head size d"
+    yield "B = 0", call(q=q[:0], k=k[:0], v=v[:0]), "batch size B"
+    yield "k on another device", call(k=k.to("meta")), "k must be on q's device"
+    yield "NaN in q", call(q=torch.full_like(q, float("nan"))), "q holds non-finite"
+    yield "NaN in a masked future key", call(k=nan_future, causal=True), "k holds non-finite"
+    yield "query_offset text", call(query_offset="3"), "query_offset must be an integer"
+    yield "query_offset huge", call(query_offset=2**50), "query_offset must be an integer in"
+    yield "query_offset and query_positions", call(query_offset=1, query_positions=torch.arange(4)), \
+        "query_offset and query_positions"
+    yield "key_positions float", call(key_positions=torch.arange(6.0)), "key_positions must have dtype"
+    yield "key_positions short", call(key_positions=torch.arange(5)), "key_positions must hold one position per key"
+    yield "query_positions 2-D", call(query_positions=torch.arange(4)[None]), "query_positions must have rank 1"
+    yield "form unknown", call(form="fused"), "form must be one of"
+    yield "backend unknown", call(backend="cuda"), "backend must be one of"
+    yield "causal text", call(causal="yes"), "causal must be one of"
+    yield "check_finite text", call(check_finite="no"), "check_finite must be one of"
+    yield "kernel_options list", call(kernel_options=[1]), "kernel_options must be a dict"
+    yield "term a tensor", call(term=torch.zeros(3)), "term must be a PositionTerm"
+    yield "Lq > Lk by the rule", call(q=_qkv(Lq=8)[0]), "q must not be longer than k"
+    if scheme not in ("none", "rope", "alibi", "t5"):  # (a T5 table has no head size)
+        yield "term for another head size", call(term=_term(scheme, d=2 * D)), "head size"
+    if scheme == "alibi":
+        yield "term for other heads", call(term=rp.schemes.alibi.position_term(H + 1)), "heads"
+    if scheme == "transformer_xl":
+        yield "decoder scheme without causal", call(causal=False), "pass causal=True"
+    if backend == "flex":
+        yield "float64 on flex", call(q=q.double(), k=k.double(), v=v.double(), term=_term(scheme, dtype=torch.float64)), \
+            "backend 'flex' takes"
+
+    def over_budget():
+        with memory_budget(1):
+            call()()
+
+    yield "over the memory budget", over_budget, "over the memory budget"
+
+
+def _unsupported_cases():
+    q, k, v = _qkv()
+    shaw = _term("shaw")
+    yield "value term on sdpa", lambda: rp.attend(q, k, v, shaw, backend="sdpa"), "use backend 'eager'"
+    yield "value term on flex", lambda: rp.attend(q, k, v, shaw, backend="flex"), "use backend 'eager'"
+    yield "skew of a scalar bias", lambda: rp.attend(q, k, v, _term("t5"), form="skew"), "skew form has no scalar"
+    yield "skew on flex", lambda: rp.attend(q, k, v, _term("shaw_key"), form="skew", backend="flex"), "form 'gather'"
+    yield "skew with evicted keys", lambda: rp.attend(q, k, v, _term("shaw_key"), form="skew",
+                                                      key_positions=torch.tensor([0, 1, 2, 5, 6, 9])), "contiguous"
+    yield "form none with a table", lambda: rp.attend(q, k, v, _term("t5"), form="none"), "form 'none'"
+    yield "a form for RoPE", lambda: rp.attend(q, k, v, _term("rope"), form="gather"), "use form 'none'"
+    txl = rp.schemes.transformer_xl.position_term(torch.randn(H, 3, D), torch.randn(H, D), torch.randn(H, D))
+    yield "Transformer-XL table too short", lambda: rp.attend(q, k, v, txl, causal=True), "give the table at least"
+
+
+def _builder_cases():
+    s = rp.schemes
+    yield "t5 table 1-D", lambda: s.t5.position_term(torch.randn(32)), "table must have rank 2"
+    yield "t5 integer table", lambda: s.t5.position_term(torch.ones(32, 2, dtype=torch.long)), "table must be a floating"
+    yield "t5 odd buckets", lambda: s.t5.position_term(torch.randn(31, 2)), "must be even"
+    yield "t5 max_distance too small", lambda: s.t5.position_term(torch.randn(32, 2), max_distance=4), "max_distance"
+    yield "t5 bidirectional text", lambda: s.t5.position_term(torch.randn(32, 2), bidirectional="yes"), "bidirectional"
+    yield "alibi 0 heads", lambda: s.alibi.position_term(0), "num_heads"
+    yield "alibi 10**9 heads", lambda: s.alibi.alibi_slopes(10**9), "num_heads must be an integer in [1, 4096]"
+    yield "alibi heads float", lambda: s.alibi.position_term(2.5), "num_heads"
+    yield "alibi symmetric text", lambda: s.alibi.position_term(2, symmetric="no"), "symmetric"
+    yield "shaw no table", lambda: s.shaw.position_term(max_relative_position=4), "rel_key and rel_value"
+    yield "shaw wrong rows", lambda: s.shaw.position_term(rel_key=torch.randn(8, D), max_relative_position=4), \
+        "2 * max_relative_position + 1"
+    yield "shaw k = 0", lambda: s.shaw.position_term(rel_key=torch.randn(1, D), max_relative_position=0), \
+        "max_relative_position"
+    yield "deberta rows", lambda: s.deberta.position_term(torch.randn(H, 7, D), None, att_span=4), "2 * att_span"
+    yield "deberta span 0", lambda: s.deberta.position_term(torch.randn(H, 8, D), None, att_span=0), "att_span"
+    yield "deberta p2c_index", lambda: s.deberta.position_term(torch.randn(H, 8, D), None, att_span=4,
+                                                               p2c_index="both"), "p2c_index"
+    yield "deberta buckets without max", lambda: s.deberta.position_term(torch.randn(H, 8, D), None, att_span=4,
+                                                                         position_buckets=4), "max_position"
+    yield "txl r_k 2-D", lambda: s.transformer_xl.position_term(torch.randn(4, D), torch.randn(H, D),
+                                                                torch.randn(H, D)), "r_k must have rank 3"
+    yield "txl u shape", lambda: s.transformer_xl.position_term(torch.randn(H, 4, D), torch.randn(H, D + 1),
+                                                                torch.randn(H, D)), "u must have size"
+    yield "rope base 1", lambda: s.rope.position_term(base=1), "base must be a real number > 1"
+    yield "rope pairing", lambda: s.rope.position_term(pairing="zigzag"), "pairing"
+    yield "term scale negative", lambda: rp.terms.PositionTerm("x", "none", scale=-1.0), "scale must be"
+    yield "term scale NaN", lambda: rp.terms.PositionTerm("x", "none", scale=float("nan")), "scale must be"
+    with_budget = memory_budget(2**20)
+    yield "relative_offsets over budget", lambda: _in(with_budget, lambda: rp.relative_offsets(4096)), "memory budget"
+    yield "alibi_bias over budget", lambda: _in(memory_budget(2**20), lambda: s.alibi.alibi_bias(8, 4096)), \
+        "memory budget"
+    yield "t5_bias_from_table over budget", lambda: _in(memory_budget(2**20), lambda: s.t5.t5_bias_from_table(
+        torch.randn(32, 8), 4096)), "memory budget"
+    yield "attention over budget", lambda: _in(memory_budget(2**20), lambda: rp.attention(
+        torch.randn(4096, 8), torch.randn(4096, 8), torch.randn(4096, 8))), "memory budget"
+    yield "attention scale numpy", lambda: rp.attention(torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4),
+                                                        scale=np.float32(-1)), "scale must be"
+    yield "positions length 0", lambda: rp.positions.resolve_positions(0, 4), "query_len"
+    yield "budget 0", lambda: rp.measure.guard.set_memory_budget(0), "nbytes"
+    yield "budget text", lambda: rp.measure.guard.parse_budget("1e400"), "RELPOS_MEMORY_BUDGET"
+    yield "budget negative", lambda: rp.measure.guard.parse_budget("-5"), "RELPOS_MEMORY_BUDGET"
+    yield "budget fractional", lambda: rp.measure.guard.parse_budget("2.5"), "RELPOS_MEMORY_BUDGET"
+    yield "budget zero", lambda: rp.measure.guard.parse_budget("0"), "RELPOS_MEMORY_BUDGET"
+    yield "analytic form", lambda: rp.measure.analytic_bytes("t5", "fast", "eager", B=1, H=1, Lq=4, Lk=4, d=4), "form"
+    yield "analytic Lq", lambda: rp.measure.analytic_bytes("t5", "gather", "eager", B=1, H=1, Lq=0, Lk=4, d=4), "Lq"
+
+
+def _in(ctx, fn):
+    with ctx:
+        return fn()
+
+
+def cases(every_path: bool = True):
+    """Every (id, call, expected message text); ``every_path=False``: the attend cases for one scheme per
+    (form, backend) pair and the schemes with a special case (Transformer-XL, ALiBi)."""
+    out, seen = [], set()
+    for p in registry.paths():
+        if not every_path and (p.form, p.backend) in seen and p.scheme not in ("transformer_xl", "alibi"):
+            continue
+        seen.add((p.form, p.backend))
+        for cid, call, expect in _attend_cases(p.scheme, p.form, p.backend):
+            out.append((f"attend[{p.scheme}/{p.form}/{p.backend}] {cid}", call, expect))
+    out += [(f"attend {cid}", c, e) for cid, c, e in _unsupported_cases()]
+    out += [(f"builder {cid}", c, e) for cid, c, e in _builder_cases()]
+    return out
