@@ -21,9 +21,15 @@ def _qkv(Lq=4, Lk=6, d=D, dtype=torch.float32, B=1):
     return [torch.randn(B, H, n, d, generator=g).to(dtype) for n in (Lq, Lk, Lk)]
 
 
+_QKV = None  # set below, once
+
+
 def _term(scheme, d=D, dtype=torch.float32):
     return registry.example_term(scheme, num_heads=H, head_dim=d, k=8, dtype=dtype,
                                  generator=torch.Generator().manual_seed(1))
+
+
+_QKV = _qkv()
 
 
 def _attend_cases(scheme, form, backend):
@@ -31,12 +37,14 @@ def _attend_cases(scheme, form, backend):
     base = dict(form=form, backend=backend, causal=bool(causal), compiled=False)
 
     def call(q=None, k=None, v=None, term="default", **kw):
-        qq, kk, vv = _qkv()
-        t = _term(scheme) if term == "default" else term
-        args = {**base, **kw}
-        return lambda: rp.attend(qq if q is None else q, kk if k is None else k, vv if v is None else v, t, **args)
+        def run():  # inputs are built when the case runs, not when the catalogue is listed
+            qq, kk, vv = _qkv()
+            t = _term(scheme) if term == "default" else term
+            return rp.attend(qq if q is None else q, kk if k is None else k, vv if v is None else v, t,
+                             **{**base, **kw})
+        return run
 
-    q, k, v = _qkv()
+    q, k, v = _QKV
     nan_future = k.clone()
     nan_future[:, :, -1] = float("nan")
     yield "q rank 3", call(q=q[0]), "q must have rank 4"

@@ -17,17 +17,25 @@ import torch
 import relpos_core as rp
 from tests.bad_inputs import cases
 
-CASES = cases(every_path=False)  # tools/bad_inputs.py runs every path
+GROUPS = ("attend[", "attend ", "builder ")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_gets_a_clear_error(case):
-    _, call, expect = case
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        with pytest.raises(ValueError) as info:
-            call()
-    assert expect in str(info.value), f"message does not say {expect!r}: {info.value}"
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_bad_input_gets_a_clear_error(group):
+    """One test per group, every case checked (tools/bad_inputs.py runs the attend cases for every path)."""
+    problems = []
+    for cid, call, expect in cases(every_path=False):
+        if not cid.startswith(group):
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                call()
+            problems.append(f"{cid}: accepted")
+        except ValueError as e:
+            if expect not in str(e):
+                problems.append(f"{cid}: message does not say {expect!r}: {e}")
+    assert not problems, "\n".join(problems)
 
 
 def test_numpy_scalars_are_accepted_like_python_numbers():
@@ -40,8 +48,9 @@ def test_numpy_scalars_are_accepted_like_python_numbers():
     torch.testing.assert_close(rp.attention(q, k, v, scale=np.float64(0.25)), rp.attention(q, k, v, scale=0.25))
 
 
-@pytest.mark.parametrize("value", ["1e400", "0", "-5", "2.5", "abc"])
-def test_a_bad_budget_variable_does_not_break_the_import_and_is_named_when_used(value):
+def test_a_bad_budget_variable_does_not_break_the_import_and_is_named_when_used():
+    """One child process (importing torch costs seconds); the parser's other bad values are builder cases."""
+    value = "1e400"
     code = ("import torch, relpos_core as rp\n"
             "try:\n    rp.relative_offsets(4)\nexcept ValueError as e:\n    print('ERR', e)\n")
     env = {**os.environ, "RELPOS_MEMORY_BUDGET": value}
