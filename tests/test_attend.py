@@ -21,6 +21,8 @@ from relpos_core import registry
 from tests.references_attend import REFERENCES, make_params
 
 PATHS = [(p.scheme, p.form, p.backend) for p in registry.paths()]
+# one scheme per (form, backend) pair, for the slower checks (half precision)
+ONE_PER_PAIR = list({(f, b): (s, f, b) for s, f, b in reversed(PATHS)}.values())
 H, D = 2, 8
 
 
@@ -72,7 +74,7 @@ def test_every_path_matches_the_float64_reference(path, Lq, extra, causal, mode,
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("path", [p for p in PATHS if p[2] != "flex"], ids="-".join)
+@pytest.mark.parametrize("path", ONE_PER_PAIR, ids="-".join)
 def test_half_precision_paths_stay_close(path, dtype):
     scheme, form, backend = path
     params, build = make_params(scheme, H, 16, 12, torch.Generator().manual_seed(1))
@@ -80,7 +82,8 @@ def test_half_precision_paths_stay_close(path, dtype):
     causal = True
     kpos = torch.arange(9)
     want = REFERENCES[scheme](q, k, v, params, kpos[3:], kpos, causal)
-    got = rp.attend(q.to(dtype), k.to(dtype), v.to(dtype), build(dtype), form=form, backend=backend, causal=causal)
+    got = _quiet(lambda: rp.attend(q.to(dtype), k.to(dtype), v.to(dtype), build(dtype), form=form, backend=backend,
+                                   causal=causal, compiled=False))
     assert got.dtype == dtype
     torch.testing.assert_close(got.double(), want, atol=3e-2, rtol=3e-2)
 
