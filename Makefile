@@ -21,7 +21,7 @@ book: check-python $(STAMP)
 	@echo "The book is in _build/html: open file://$(CURDIR)/_build/html/index.html, or run 'make serve'."
 
 test: check-python check-chromium $(STAMP)
-	$(PY) -m pytest tests --ignore=tests/browser
+	$(PY) -m pytest -n 2 --dist loadgroup tests --ignore=tests/browser
 	$(PY) -m pytest --nbval-lax chapters
 	$(JB) build . -W -n --keep-going
 	$(PY) -m pytest tests/browser

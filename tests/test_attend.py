@@ -156,6 +156,7 @@ COMPILED_CASES = [  # (scheme, form, Lq, Lk, causal): a decode step, a prefill w
 ]
 
 
+@pytest.mark.xdist_group("compiled-flex")  # one worker compiles these; test_memory reuses its kernels
 @pytest.mark.parametrize("case", COMPILED_CASES, ids=lambda c: "-".join(map(str, c)))
 def test_compiled_flex_matches_the_reference(case):
     scheme, form, Lq, Lk, causal = case

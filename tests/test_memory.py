@@ -37,6 +37,7 @@ def test_counted_bytes_match_the_cpu_profiler(path):
     assert abs(measured - counted) <= 0.01 * counted, (measured, counted)
 
 
+@pytest.mark.xdist_group("compiled-flex")
 @pytest.mark.parametrize("case", COMPILED_CASES, ids=lambda c: "-".join(map(str, c)))
 def test_counted_bytes_match_compiled_flex(case):
     """The compiled FlexAttention kernels of test_attend (reused, not recompiled): within 1%."""
