@@ -260,3 +260,29 @@ def test_line_styles_per_series_and_exact_log_ticks():
     assert list(fig.layout.xaxis.tickvals) == [128, 256, 512]
     with pytest.raises(ValueError, match="styles"):
         rp.figures.line([1], {"a": [1]}, x_label="x", y_label="y", styles={"c": {}})
+
+
+def test_numbered_table_for_the_book_and_for_jupyter():
+    md = "| a | b |\n|---|---|\n| 1 | x < y |\n| 2 | z |"
+    tbl = rp.figures.table(md, name="tbl-test-demo", caption="Two rows.")
+    bundle = tbl._repr_mimebundle_()
+    assert bundle["text/markdown"].startswith(":::{table} Two rows.\n:name: tbl-test-demo\n")
+    assert bundle["text/markdown"].rstrip().endswith(":::") and md in bundle["text/markdown"]
+    html = bundle["text/html"]
+    assert "<caption>Two rows.</caption>" in html and html.count("<tr>") == 3
+    assert "x &lt; y" in html  # escaped
+
+
+@pytest.mark.parametrize(
+    "kwargs, param",
+    [
+        (dict(markdown="not a table", name="tbl-a", caption="c"), "markdown"),
+        (dict(markdown="| a |\n| b |", name="tbl-a", caption="c"), "separator"),
+        (dict(markdown="| a | b |\n|---|---|\n| 1 |", name="tbl-a", caption="c"), "columns"),
+        (dict(markdown="| a |\n|---|", name="Table 1", caption="c"), "name"),
+        (dict(markdown="| a |\n|---|", name="tbl-a", caption=""), "caption"),
+    ],
+)
+def test_bad_table_arguments(kwargs, param):
+    with pytest.raises(ValueError, match=param):
+        rp.figures.table(kwargs.pop("markdown"), **kwargs)
