@@ -1,0 +1,14 @@
+"""What the book's checks know about chapters that are not finished yet.
+
+``PENDING`` maps a chapter to the standards it does not meet yet, because it is being
+rewritten elsewhere (the lead's kernel-layer redesign). ``tests/test_book_pages.py``
+turns each into a strict expected failure and ``tests/browser/test_book.py`` skips the
+matching page check; remove an entry when its test passes (a strict xfail that passes
+fails the run, so a finished chapter cannot stay listed).
+"""
+_REWRITE = {"seed", "captions", "pitfalls", "exercises", "line length", "hidden set-up"}
+
+PENDING: dict[str, set[str]] = {
+    "06_rope_and_alibi.ipynb": _REWRITE - {"seed"},
+    "08_what_it_costs.ipynb": set(_REWRITE),
+}
