@@ -117,6 +117,21 @@ FIT_JS = """
       var want = fits ? spec.template : "";
       if ((gd.data[spec.trace].texttemplate || "") !== want) { restyle.push([spec.trace, want]); }
     });
+    (meta.titles || []).forEach(function (spec) {
+      var ax = full[spec.axis], perLine = ax ? Math.max(8, Math.floor(ax._length / 7.8)) : 0;
+      if (!perLine) { return; }
+      var lines = [], line = "";
+      spec.text.split(" ").forEach(function (word) {
+        if (line && (line + " " + word).length > perLine) { lines.push(line); line = word; }
+        else { line = line ? line + " " + word : word; }
+      });
+      lines.push(line);
+      var text = lines.join("<br>");
+      if ((full.annotations[spec.index] || {}).text !== text) {
+        relayout["annotations[" + spec.index + "].text"] = text;
+        changed = true;
+      }
+    });
     if (!changed && !restyle.length) { return; }
     gd._relposFitting = true;
     var done = changed ? Plotly.relayout(gd, relayout) : Promise.resolve();

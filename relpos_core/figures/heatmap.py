@@ -130,7 +130,7 @@ def heatmap(
     fig = make_subplots(rows=1, cols=n, subplot_titles=titles, horizontal_spacing=spacing)
     size = max(max(a.shape) for a in arrays)
     height = height or int(min(660, 300 + 14 * size))
-    top = 150 if title else 120
+    top = (140 if title else 110) if any(titles) else (80 if title else 60)
     margin = dict(l=60, r=20, t=top, b=30)
     # the plot area at the nominal width: the colour bar takes about 90 px on the right
     panel_w = (_fit.NOMINAL_WIDTH - margin["l"] - 90) * (1 - spacing * (n - 1)) / n
@@ -193,8 +193,15 @@ def heatmap(
         meta["axes"][f"yaxis{suffix}"] = dict(labels=ys, need=y_need)
         if wants_text:
             meta["text"].append(dict(trace=col - 1, template=fmt, need=cell_need))
-    for annotation in fig.layout.annotations:  # subplot titles above the top axis labels
-        annotation.update(yshift=48, font=dict(size=14))
+    # subplot titles above the top axis labels; the browser wraps one that is wider than
+    # its panel (meta "titles")
+    meta["titles"] = []
+    titled = [c for c, t in enumerate(titles, start=1) if t]  # make_subplots skips ""
+    for index, (annotation, col) in enumerate(zip(fig.layout.annotations, titled)):
+        annotation.update(yshift=44, font=dict(size=14))
+        meta["titles"].append(
+            dict(index=index, text=annotation.text, axis="xaxis" if col == 1 else f"xaxis{col}")
+        )
     fig.update_layout(
         title=dict(text=title, y=0.98) if title else None,
         height=height,
