@@ -57,6 +57,15 @@ def test_colour_bar_title_and_hover_name_the_quantity():
         rp.figures.heatmap(rp.relative_offsets(4), value_label="")
 
 
+def test_side_by_side_panels_label_their_rows_once():
+    fig = rp.figures.heatmap([torch.randn(6, 6)] * 3)
+    assert fig.layout.yaxis.showticklabels is not False
+    assert fig.layout.yaxis2.showticklabels is False and fig.layout.yaxis3.showticklabels is False
+    assert set(fig.layout.meta["relpos"]["axes"]) == {"xaxis", "yaxis", "xaxis2", "xaxis3"}
+    taller = rp.figures.heatmap([torch.randn(4, 6), torch.randn(6, 6)])  # rows differ
+    assert taller.layout.yaxis2.showticklabels is not False
+
+
 def label_gap_px(fig, axis):
     """Pixels between two tick labels of ``axis`` at the nominal width."""
     meta = fig.layout.meta["relpos"]["axes"][axis]

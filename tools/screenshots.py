@@ -99,8 +99,10 @@ def shoot(filters: list[str]) -> list[Path]:
                     figures = tab.locator(".plotly-graph-div")
                     for n in range(figures.count()):
                         figure = figures.nth(n)
-                        container = tab.locator("figure", has=figure)
-                        target = container.first if container.count() else figure
+                        # the numbered <figure> with its caption (the plot alone if none)
+                        target = figure.element_handle().evaluate_handle(
+                            "d => d.closest('figure') || d"
+                        ).as_element()
                         target.scroll_into_view_if_needed()
                         path = OUT / f"{stem}-{width}-fig{n + 1}.png"
                         target.screenshot(path=str(path))

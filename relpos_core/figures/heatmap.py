@@ -130,7 +130,7 @@ def heatmap(
     fig = make_subplots(rows=1, cols=n, subplot_titles=titles, horizontal_spacing=spacing)
     size = max(max(a.shape) for a in arrays)
     height = height or int(min(660, 300 + 14 * size))
-    top = (140 if title else 110) if any(titles) else (80 if title else 60)
+    top = (150 if title else 120) if any(titles) else (80 if title else 60)
     margin = dict(l=60, r=20, t=top, b=30)
     # the plot area at the nominal width: the colour bar takes about 90 px on the right
     panel_w = (_fit.NOMINAL_WIDTH - margin["l"] - 90) * (1 - spacing * (n - 1)) / n
@@ -183,14 +183,18 @@ def heatmap(
             ticktext=x_text, range=[-0.5, cols - 0.5], autorange=False, showgrid=False,
             zeroline=False, ticks="outside", ticklen=3, row=1, col=col,
         )
+        # rows are labelled once, on the left panel: side by side, the panels share them
+        same_rows = col > 1 and rows == arrays[0].shape[0]
         fig.update_yaxes(
             title_text=y_label if col == 1 else None, tickmode="array", tickvals=y_vals,
             ticktext=y_text, range=[rows - 0.5, -0.5], autorange=False, showgrid=False,
-            zeroline=False, ticks="outside", ticklen=3, row=1, col=col,
+            zeroline=False, ticks="outside", ticklen=3, showticklabels=not same_rows,
+            row=1, col=col,
         )
         suffix = "" if col == 1 else str(col)
         meta["axes"][f"xaxis{suffix}"] = dict(labels=xs, need=x_need)
-        meta["axes"][f"yaxis{suffix}"] = dict(labels=ys, need=y_need)
+        if not same_rows:
+            meta["axes"][f"yaxis{suffix}"] = dict(labels=ys, need=y_need)
         if wants_text:
             meta["text"].append(dict(trace=col - 1, template=fmt, need=cell_need))
     # subplot titles above the top axis labels; the browser wraps one that is wider than
@@ -198,7 +202,7 @@ def heatmap(
     meta["titles"] = []
     titled = [c for c, t in enumerate(titles, start=1) if t]  # make_subplots skips ""
     for index, (annotation, col) in enumerate(zip(fig.layout.annotations, titled)):
-        annotation.update(yshift=44, font=dict(size=14))
+        annotation.update(yshift=54, font=dict(size=14))
         meta["titles"].append(
             dict(index=index, text=annotation.text, axis="xaxis" if col == 1 else f"xaxis{col}")
         )

@@ -76,6 +76,11 @@ def line(
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
         showlegend=len(series) > 1,
     )
+    # log axes: labels at 1, 2 and 5 of each decade only, not at every minor step
     if log_x and len(xs) <= 12:
         fig.update_xaxes(tickvals=xs, ticktext=[str(x) for x in xs])
+    elif log_x:
+        fig.update_xaxes(dtick="D2")
+    if log_y:
+        fig.update_yaxes(dtick="D2")
     return fig
