@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 export RELPOS_CHROMIUM := $(CHROMIUM)
 
-.PHONY: book test serve venv unit notebooks book-strict browser check-python check-chromium colab-cells clean
+.PHONY: book test serve venv unit notebooks book-strict browser check-python check-chromium colab-cells screenshots clean
 
 book: check-python $(STAMP)
 	$(JB) build .
@@ -53,5 +53,10 @@ check-chromium:
 colab-cells: $(STAMP)
 	$(PY) tools/colab_cell.py --write
 
+# Every page and every figure (both ends of each slider) at 1280 and 390 px, in screenshots/.
+screenshots: $(STAMP)
+	@test -f _build/html/index.html || { echo "error: no built book in _build/html: run 'make book' first"; exit 1; }
+	$(PY) tools/screenshots.py
+
 clean:
-	rm -rf _build bench_out .pytest_cache .hypothesis
+	rm -rf _build bench_out .pytest_cache .hypothesis screenshots

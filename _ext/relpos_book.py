@@ -1,4 +1,5 @@
-"""Sphinx extension for the relpos book: ship plotly.js and MathJax with the book.
+"""Sphinx extension for the relpos book: ship plotly.js and MathJax with the book, and
+label the bibliography by author and year.
 
 * Every figure output calls ``window.Plotly`` (see ``relpos_core/figures/_plotly.py``),
   so the book loads ``_static/plotly.min.js`` on every page: one copy for the whole
@@ -7,6 +8,9 @@
   ``django-static-mathjax`` wheel, which is only a carrier of MathJax's files), so the
   book reads the same offline. Without that package the build warns and falls back
   to Sphinx's default MathJax from a CDN.
+* The bibliography (``bibliography.md``, sphinxcontrib-bibtex) lists each paper under
+  the label the text cites it by, "Vaswani et al., 2017", instead of pybtex's
+  alphabetic "VSP+17": the pybtex style ``relpos`` (``bibtex_default_style``).
 """
 from __future__ import annotations
 
@@ -68,8 +72,31 @@ def _copy_assets(app, exception) -> None:
                 shutil.copyfile(path, target)
 
 
+def _register_bibliography_style() -> None:
+    from pybtex.plugin import register_plugin
+    from pybtex.style.formatting.unsrt import Style as UnsrtStyle
+    from pybtex.style.labels import BaseLabelStyle
+
+    class AuthorYearLabels(BaseLabelStyle):
+        def format_labels(self, sorted_entries):
+            for entry in sorted_entries:
+                authors = entry.persons.get("author", [])
+                names = [" ".join(p.last_names or p.first_names).strip("{}") for p in authors]
+                who = names[0] if len(names) == 1 else (
+                    f"{names[0]} and {names[1]}" if len(names) == 2 else f"{names[0]} et al."
+                )
+                yield f"{who}, {entry.fields.get('year', 'n.d.')}"
+
+    class AuthorYearStyle(UnsrtStyle):
+        default_label_style = AuthorYearLabels
+        default_sorting_style = "author_year_title"
+
+    register_plugin("pybtex.style.formatting", "relpos", AuthorYearStyle, force=True)
+
+
 def setup(app):
     _plotly_js_source()  # fail at start-up, not with a blank figure, if plotly is absent
+    _register_bibliography_style()
     app.add_js_file(PLOTLY_JS)
     app.connect("config-inited", _use_local_mathjax)
     app.connect("build-finished", _copy_assets)

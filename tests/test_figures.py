@@ -13,7 +13,7 @@ def test_heatmap_labels_and_values():
     assert trace.type == "heatmap"
     assert trace.z[0][3] == 3 and trace.z[3][0] == -3
     assert fig.layout.xaxis.title.text == "key j" and fig.layout.yaxis.title.text == "query i"
-    assert fig.layout.yaxis.autorange == "reversed"  # query 0 on top
+    assert fig.layout.yaxis.range[0] > fig.layout.yaxis.range[1]  # query 0 on top
     assert trace.texttemplate == "%{z:d}"  # small matrix: values written in the cells
 
 
@@ -26,7 +26,88 @@ def test_heatmap_side_by_side_shares_the_colour_scale():
 
 def test_heatmap_large_matrix_has_no_cell_text():
     fig = rp.figures.heatmap(torch.randn(40, 40))
-    assert fig.data[0].texttemplate is None
+    assert not fig.data[0].texttemplate
+    assert fig.layout.meta["relpos"]["text"] == []  # not even where the page is wide
+
+
+def test_colour_scale_follows_the_sign_of_the_data():
+    signed = rp.figures.heatmap(rp.relative_offsets(5))
+    both_signs = rp.figures.heatmap(torch.tensor([[-1.0, 2.0]]))
+    one_sign = rp.figures.heatmap(torch.tensor([[-1.0, -2.0]]))  # e.g. an ALiBi bias
+    assert signed.data[0].colorscale == both_signs.data[0].colorscale
+    assert one_sign.data[0].colorscale != signed.data[0].colorscale
+    index = rp.figures.heatmap(rp.relative_offsets(5).abs())  # non-negative: sequential
+    assert signed.data[0].zmid == 0 and index.data[0].zmid is None
+    assert signed.data[0].colorscale != index.data[0].colorscale
+    explicit = rp.figures.heatmap(rp.relative_offsets(5), colorscale="Viridis")
+    assert explicit.data[0].colorscale == index.data[0].colorscale
+
+
+def test_colour_bar_title_and_hover_name_the_quantity():
+    fig = rp.figures.heatmap(
+        [rp.relative_offsets(4)] * 2, value_label="offset j − i", colorbar_title="j − i (tokens)"
+    )
+    assert [t.showscale for t in fig.data] == [False, True]  # one shared colour bar
+    assert fig.data[1].colorbar.title.text == "j − i (tokens)"
+    assert "offset j − i %{z}" in fig.data[0].hovertemplate
+    assert "value" not in fig.data[0].hovertemplate
+    plain = rp.figures.heatmap(rp.relative_offsets(4), value_label="bucket")
+    assert plain.data[0].colorbar.title.text == "bucket"  # defaults to the quantity
+    with pytest.raises(ValueError, match="value_label"):
+        rp.figures.heatmap(rp.relative_offsets(4), value_label="")
+
+
+def test_side_by_side_panels_label_their_rows_once():
+    fig = rp.figures.heatmap([torch.randn(6, 6)] * 3)
+    assert fig.layout.yaxis.showticklabels is not False
+    assert fig.layout.yaxis2.showticklabels is False and fig.layout.yaxis3.showticklabels is False
+    assert set(fig.layout.meta["relpos"]["axes"]) == {"xaxis", "yaxis", "xaxis2", "xaxis3"}
+    taller = rp.figures.heatmap([torch.randn(4, 6), torch.randn(6, 6)])  # rows differ
+    assert taller.layout.yaxis2.showticklabels is not False
+
+
+def label_gap_px(fig, axis):
+    """Pixels between two tick labels of ``axis`` at the nominal width."""
+    meta = fig.layout.meta["relpos"]["axes"][axis]
+    ax = fig.layout[axis]
+    vals = list(ax.tickvals)
+    n = len(meta["labels"])
+    domain = ax.domain[1] - ax.domain[0]
+    length = (rp.figures._fit.NOMINAL_WIDTH - 60 - 90) * domain if axis.startswith("x") else None
+    return (vals[1] - vals[0]) * length / n if len(vals) > 1 else float("inf"), meta["need"]
+
+
+@pytest.mark.parametrize("panels, L", [(1, 8), (1, 48), (4, 48), (3, 16), (1, 32)])
+def test_ticks_every_power_of_two_cells_and_never_crowded(panels, L):
+    fig = rp.figures.heatmap([torch.randn(L, L)] * panels)
+    for col in range(1, panels + 1):
+        axis = "xaxis" if col == 1 else f"xaxis{col}"
+        vals = list(fig.layout[axis].tickvals)
+        step = vals[1] - vals[0] if len(vals) > 1 else 1
+        assert step in (1, 2, 4, 8, 16, 32) and vals == list(range(0, L, step))
+        assert list(fig.layout[axis].ticktext) == [str(v) for v in vals]
+        gap, need = label_gap_px(fig, axis)
+        assert gap >= need, f"labels {gap:.0f} px apart, each needs {need:.0f} px"
+    if panels == 1 and L == 8:
+        assert list(fig.layout.xaxis.tickvals) == list(range(8))  # room for every label
+
+
+def test_custom_tick_labels_are_thinned_and_shown_on_hover():
+    labels = [f"h{h}: m = {2 ** -(h + 1):.3g}" for h in range(16)]
+    fig = rp.figures.heatmap(torch.randn(16, 40), y_ticks=labels, x_ticks=list(range(40)))
+    assert list(fig.layout.yaxis.ticktext) == [labels[v] for v in fig.layout.yaxis.tickvals]
+    assert list(fig.data[0].customdata[3][5]) == ["5", labels[3]]  # hover shows the labels
+    assert "%{customdata[1]}" in fig.data[0].hovertemplate
+
+
+def test_cell_text_only_where_legible():
+    small = rp.figures.heatmap(rp.relative_offsets(6))
+    assert small.data[0].texttemplate == "%{z:d}"
+    crowded = rp.figures.heatmap([torch.randn(12, 12)] * 4)  # 4 panels, 2-decimal values
+    assert all(not t.texttemplate for t in crowded.data)
+    spec = crowded.layout.meta["relpos"]["text"]
+    assert [s["trace"] for s in spec] == [0, 1, 2, 3]  # the browser may switch them on
+    assert all(s["template"] == "%{z:.2f}" for s in spec)
 
 
 @pytest.mark.parametrize(
@@ -61,6 +142,44 @@ def test_static_slider_has_a_frame_per_value_with_different_data():
     assert [s.label for s in control.steps] == ["3", "4", "6"]
     assert all(s.method == "animate" and list(s.args[0]) == [s.label] for s in control.steps)
     assert control.currentvalue.prefix == "L = "
+
+
+def visible(frame_or_fig, trace):
+    """(rows, cols) of a heatmap trace and the [lo, hi] ranges of its axes."""
+    layout = frame_or_fig.layout
+    suffix = (trace.xaxis or "x")[1:]
+    return layout[f"xaxis{suffix}"].range, layout[f"yaxis{suffix}"].range
+
+
+@pytest.mark.parametrize("values", [[4, 8, 16], [16, 8, 4]])
+def test_static_slider_frames_show_all_their_data_at_one_size(values):
+    fig = rp.figures.slider(
+        lambda L: rp.figures.heatmap([rp.relative_offsets(L)] * 2, titles=[f"L = {L}", "b"]),
+        values, name="L",
+    ).static_figure()
+    heights = {f.layout.height for f in fig.frames} | {fig.layout.height}
+    assert len(heights) == 1  # the figure never changes size
+    assert fig.layout.height >= rp.figures.heatmap(rp.relative_offsets(16)).layout.height
+    for frame in fig.frames:
+        L = int(frame.name)
+        for trace in frame.data:
+            (x_lo, x_hi), (y_hi, y_lo) = visible(frame, trace)  # y is reversed
+            assert (x_lo, x_hi) == (-0.5, L - 0.5) and (y_lo, y_hi) == (-0.5, L - 0.5)
+            assert len(trace.z) == L and max(trace.x) == L - 1
+        assert [a.text for a in frame.layout.annotations] == [f"L = {L}", "b"]
+        assert len(frame.layout.meta["relpos"]["axes"]["xaxis"]["labels"]) == L
+        assert frame.layout.xaxis.tickvals[-1] <= L - 1
+
+
+def test_static_slider_line_frames_get_explicit_ranges():
+    def make(scale):
+        return rp.figures.line([1, 2, 3], {"a": [0, scale, 2 * scale]}, x_label="x", y_label="y")
+
+    fig = rp.figures.slider(make, [1, 10], name="scale").static_figure()
+    for frame, top in zip(fig.frames, (2, 20)):
+        lo, hi = frame.layout.yaxis.range
+        assert lo < 0 and top < hi < 1.2 * top  # every point inside, little waste
+        assert frame.layout.yaxis.autorange is False
 
 
 def test_static_slider_rejects_changing_trace_counts():
@@ -124,6 +243,14 @@ def test_library_imports_with_only_torch_numpy_matplotlib():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_line_legend_does_not_squeeze_the_plot():
+    fig = rp.figures.line([1, 2], {"a long series name": [1, 2], "another": [2, 1]},
+                          x_label="L", y_label="MiB")
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.xanchor == "left"
+    assert fig.layout.legend.y > 1  # above the plot, not beside it
+    assert "MiB %{y}" in fig.data[0].hovertemplate
+
+
 def test_line_chart():
     fig = rp.figures.line([1, 2, 4], {"a": [1, 2, 3], "b": torch.tensor([3, 2, 1])}, x_label="L", y_label="bytes", log_x=True)
     assert [t.name for t in fig.data] == ["a", "b"] and list(fig.data[1].y) == [3, 2, 1]
@@ -142,3 +269,29 @@ def test_line_styles_per_series_and_exact_log_ticks():
     assert list(fig.layout.xaxis.tickvals) == [128, 256, 512]
     with pytest.raises(ValueError, match="styles"):
         rp.figures.line([1], {"a": [1]}, x_label="x", y_label="y", styles={"c": {}})
+
+
+def test_numbered_table_for_the_book_and_for_jupyter():
+    md = "| a | b |\n|---|---|\n| 1 | x < y |\n| 2 | z |"
+    tbl = rp.figures.table(md, name="tbl-test-demo", caption="Two rows.")
+    bundle = tbl._repr_mimebundle_()
+    assert bundle["text/markdown"].startswith(":::{table} Two rows.\n:name: tbl-test-demo\n")
+    assert bundle["text/markdown"].rstrip().endswith(":::") and md in bundle["text/markdown"]
+    html = bundle["text/html"]
+    assert "<caption>Two rows.</caption>" in html and html.count("<tr>") == 3
+    assert "x &lt; y" in html  # escaped
+
+
+@pytest.mark.parametrize(
+    "kwargs, param",
+    [
+        (dict(markdown="not a table", name="tbl-a", caption="c"), "markdown"),
+        (dict(markdown="| a |\n| b |", name="tbl-a", caption="c"), "separator"),
+        (dict(markdown="| a | b |\n|---|---|\n| 1 |", name="tbl-a", caption="c"), "columns"),
+        (dict(markdown="| a |\n|---|", name="Table 1", caption="c"), "name"),
+        (dict(markdown="| a |\n|---|", name="tbl-a", caption=""), "caption"),
+    ],
+)
+def test_bad_table_arguments(kwargs, param):
+    with pytest.raises(ValueError, match=param):
+        rp.figures.table(kwargs.pop("markdown"), **kwargs)

@@ -1,9 +1,11 @@
-"""Figures for the book: labelled heatmaps and sliders that work live and in static HTML.
+"""Figures for the book: labelled heatmaps, line charts, sliders that work live and in
+static HTML, and numbered tables.
 
 plotly and ipywidgets are imported on first use, not when relpos_core is imported.
 """
 from .heatmap import heatmap
 from .lines import line
 from .slider import SliderFigure, slider
+from .table import NumberedTable, table
 
-__all__ = ["heatmap", "line", "slider", "SliderFigure"]
+__all__ = ["heatmap", "line", "slider", "SliderFigure", "table", "NumberedTable"]

@@ -63,9 +63,12 @@ def figure_html(fig_dict: dict, *, div_id: str | None = None) -> str:
 <script type="text/javascript">
 (function () {{
   var spec = {spec};
+{FIT_JS}
   function draw() {{
     var config = Object.assign({{responsive: true, displaylogo: false}}, spec.config || {{}});
     Plotly.newPlot({json.dumps(div_id)}, spec.data, spec.layout, config).then(function (gd) {{
+      gd.on("plotly_afterplot", function () {{ fit(gd); }});
+      fit(gd);
       if (spec.frames && spec.frames.length) {{ return Plotly.addFrames(gd, spec.frames); }}
     }});
   }}
@@ -77,6 +80,67 @@ def figure_html(fig_dict: dict, *, div_id: str | None = None) -> str:
   }}
 }})();
 </script>"""
+
+
+# Re-applies the rule of ``_fit.py`` for the width the browser gives the figure: tick
+# labels every 1, 2, 4, ... cells, cell text only where it is legible. Runs after every
+# redraw (resize, slider step); it relayouts only when something changes, so it settles.
+FIT_JS = """
+  function fit(gd) {
+    var meta = gd.layout.meta && gd.layout.meta.relpos;
+    if (!meta || !gd._fullLayout || gd._relposFitting) { return; }
+    var full = gd._fullLayout, relayout = {}, changed = false;
+    function step(n, length, need) {
+      var s = 1, cell = length / Math.max(n, 1);
+      while (s * cell < need && s < n) { s *= 2; }
+      return s;
+    }
+    Object.keys(meta.axes || {}).forEach(function (name) {
+      var spec = meta.axes[name], ax = full[name];
+      if (!ax || !ax._length) { return; }
+      var s = step(spec.labels.length, ax._length, spec.need), vals = [], text = [];
+      for (var i = 0; i < spec.labels.length; i += s) { vals.push(i); text.push(spec.labels[i]); }
+      var now = (gd.layout[name] || {}).tickvals || [];
+      if (now.length !== vals.length || now[1] !== vals[1]) {
+        relayout[name + ".tickvals"] = vals;
+        relayout[name + ".ticktext"] = text;
+        changed = true;
+      }
+    });
+    var restyle = [];
+    (meta.text || []).forEach(function (spec) {
+      var trace = gd._fullData[spec.trace];
+      if (!trace) { return; }
+      var xa = full["xaxis" + trace.xaxis.slice(1)], ya = full["yaxis" + trace.yaxis.slice(1)];
+      var rows = trace.z.length, cols = rows ? trace.z[0].length : 0;
+      var fits = xa._length / cols >= spec.need && ya._length / rows >= 16;
+      var want = fits ? spec.template : "";
+      if ((gd.data[spec.trace].texttemplate || "") !== want) { restyle.push([spec.trace, want]); }
+    });
+    (meta.titles || []).forEach(function (spec) {
+      var ax = full[spec.axis], perLine = ax ? Math.max(8, Math.floor(ax._length / 7.8)) : 0;
+      if (!perLine) { return; }
+      var lines = [], line = "";
+      spec.text.split(" ").forEach(function (word) {
+        if (line && (line + " " + word).length > perLine) { lines.push(line); line = word; }
+        else { line = line ? line + " " + word : word; }
+      });
+      lines.push(line);
+      var text = lines.join("<br>");
+      if ((full.annotations[spec.index] || {}).text !== text) {
+        relayout["annotations[" + spec.index + "].text"] = text;
+        changed = true;
+      }
+    });
+    if (!changed && !restyle.length) { return; }
+    gd._relposFitting = true;
+    var done = changed ? Plotly.relayout(gd, relayout) : Promise.resolve();
+    done.then(function () {
+      return Promise.all(restyle.map(function (r) {
+        return Plotly.restyle(gd, {texttemplate: [r[1]]}, [r[0]]);
+      }));
+    }).then(function () { gd._relposFitting = false; }, function () { gd._relposFitting = false; });
+  }"""
 
 
 def figure_mimebundle(fig) -> dict:

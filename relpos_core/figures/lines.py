@@ -43,25 +43,44 @@ def line(
     xs = _as_list("x", x)
     if not series:
         raise ValueError("series must name at least one line, got an empty mapping")
+    hover = f"{x_label} %{{x}}<br>{y_label} %{{y}}<extra>%{{fullData.name}}</extra>"
     fig = go.Figure()
     for name, ys in series.items():
         ys = _as_list(f"series[{name!r}]", ys)
         if len(ys) != len(xs):
-            raise ValueError(f"series[{name!r}] must have one value per x ({len(xs)}), got {len(ys)}")
-        fig.add_trace(go.Scatter(x=xs, y=ys, name=str(name), mode=mode, line=dict(shape=shape)))
+            raise ValueError(
+                f"series[{name!r}] must have one value per x ({len(xs)}), got {len(ys)}"
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=xs, y=ys, name=str(name), mode=mode, line=dict(shape=shape),
+                hovertemplate=hover,
+            )
+        )
         if styles and name in styles:
             fig.data[-1].update(**styles[name])
     unknown = set(styles or {}) - set(series)
     if unknown:
-        raise ValueError(f"styles names series that do not exist: {sorted(unknown)}; series are {list(series)}")
+        raise ValueError(
+            f"styles names series that do not exist: {sorted(unknown)}; "
+            f"series are {list(series)}"
+        )
     fig.update_layout(
-        title=title,
+        title=dict(text=title, y=0.98) if title else None,
         height=height,
         xaxis=dict(title=x_label, type="log" if log_x else "linear"),
         yaxis=dict(title=y_label, type="log" if log_y else "linear"),
-        margin=dict(l=70, r=20, t=60 if title else 30, b=60),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),  # clear of any slider below
+        margin=dict(l=70, r=20, t=90 if title else 50, b=60),
+        # above the plot, starting at its left edge: a long legend wraps onto more rows
+        # (the top margin grows with it) instead of squeezing the plot
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+        showlegend=len(series) > 1,
     )
+    # log axes: labels at 1, 2 and 5 of each decade only, not at every minor step
     if log_x and len(xs) <= 12:
         fig.update_xaxes(tickvals=xs, ticktext=[str(x) for x in xs])
+    elif log_x:
+        fig.update_xaxes(dtick="D2")
+    if log_y:
+        fig.update_yaxes(dtick="D2")
     return fig

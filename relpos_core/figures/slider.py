@@ -14,11 +14,66 @@ slider. The same cell does the right thing in both places.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 from ._plotly import figure_mimebundle, plotly_modules
 
 __all__ = ["slider", "SliderFigure"]
+
+#: the height the slider control adds below the plot (px)
+SLIDER_PX = 80
+
+_FRAME_KEYS = ("title", "annotations", "meta", "shapes", "legend")
+
+
+def _axis_range(fig, axis_name: str, axis) -> list | None:
+    """The range an automatic axis would show for ``fig``'s data, made explicit."""
+    letter = axis_name[0]
+    ref = letter + axis_name[5:]  # "xaxis2" -> "x2"
+    values = []
+    for trace in fig.data:
+        if (getattr(trace, f"{letter}axis", None) or letter) != ref:
+            continue
+        if trace.type == "heatmap":
+            data = trace[letter] if trace[letter] is not None else None
+            if data is None:
+                n = len(trace.z) if letter == "y" else len(trace.z[0])
+                data = list(range(n))
+            values += [min(data) - 0.5, max(data) + 0.5]
+            continue
+        data = trace[letter]
+        if data is None:
+            continue
+        values += [float(x) for x in data if x is not None and math.isfinite(float(x))]
+    if not values:
+        return None
+    lo, hi = min(values), max(values)
+    if axis.type == "log":
+        positive = [x for x in values if x > 0]
+        if not positive:
+            return None
+        lo, hi = math.log10(min(positive)), math.log10(max(positive))
+    pad = 0.05 * (hi - lo) if hi > lo else 0.5
+    bounds = [lo - pad, hi + pad]
+    return bounds[::-1] if axis.autorange == "reversed" else bounds
+
+
+def frame_layout(fig) -> dict:
+    """The parts of ``fig``'s layout that differ between slider frames, made explicit."""
+    layout = {key: fig.layout[key] for key in _FRAME_KEYS if fig.layout[key] is not None}
+    for key in fig.layout:
+        if not key.startswith(("xaxis", "yaxis")):
+            continue
+        axis = fig.layout[key]
+        spec = axis.to_plotly_json()
+        if axis.range is None:
+            computed = _axis_range(fig, key, axis)
+            if computed is not None:
+                spec["range"] = computed
+                spec["autorange"] = False
+        layout[key] = spec
+    return layout
 
 
 class SliderFigure:
@@ -83,33 +138,52 @@ class SliderFigure:
 
     # -- static HTML -----------------------------------------------------------------
     def static_figure(self):
-        """A plotly figure with one frame per value and a slider that switches frames."""
+        """A plotly figure with one frame per value and a slider that switches frames.
+
+        Every frame carries its whole layout: explicit axis ranges (computed from its own
+        data where ``make_figure`` left them automatic), tick sets, subplot titles, the
+        colour bar and the tick/cell-text plan in ``layout.meta``. All frames share one
+        height, the tallest, so moving the slider never resizes the figure or crops a
+        frame that is larger than the first one.
+        """
         go, _ = plotly_modules()
-        figures = {repr(v): (self.current_figure if v == self.value else self._figure(v)) for v in self.values}
-        base = go.Figure(figures[repr(self.value)])
-        n_traces = len(base.data)
+        figures = {
+            repr(v): (self.current_figure if v == self.value else self._figure(v))
+            for v in self.values
+        }
+        n_traces = len(figures[repr(self.value)].data)
+        for v in self.values:
+            if len(figures[repr(v)].data) != n_traces:
+                raise ValueError(
+                    f"make_figure must return the same number of traces for every value: "
+                    f"{n_traces} for {self.value!r} but {len(figures[repr(v)].data)} for {v!r}"
+                )
+        height = max((fig.layout.height or 450) for fig in figures.values()) + SLIDER_PX
         frames = []
         for v in self.values:
             fig = figures[repr(v)]
-            if len(fig.data) != n_traces:
-                raise ValueError(
-                    f"make_figure must return the same number of traces for every value: "
-                    f"{n_traces} for {self.value!r} but {len(fig.data)} for {v!r}"
-                )
-            layout = {key: fig.layout[key] for key in ("title", "annotations", "height") if fig.layout[key] is not None}
-            for key in fig.layout:
-                if key.startswith(("xaxis", "yaxis")):
-                    layout[key] = fig.layout[key]
+            layout = frame_layout(fig)
+            layout["height"] = height
             frames.append(go.Frame(name=str(v), data=list(fig.data), layout=layout))
+        base = go.Figure(figures[repr(self.value)])
+        base.update_layout(frames[self.values.index(self.value)].layout.to_plotly_json())
         base.frames = frames
         steps = [
             dict(
                 label=str(v),
                 method="animate",
-                args=[[str(v)], dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))],
+                args=[
+                    [str(v)],
+                    dict(
+                        mode="immediate",
+                        frame=dict(duration=0, redraw=True),
+                        transition=dict(duration=0),
+                    ),
+                ],
             )
             for v in self.values
         ]
+        margin = base.layout.margin.to_plotly_json() if base.layout.margin else {}
         base.update_layout(
             sliders=[
                 dict(
@@ -119,8 +193,8 @@ class SliderFigure:
                     steps=steps,
                 )
             ],
-            margin=dict(b=110),
-            height=(base.layout.height or 450) + 80,
+            margin={**margin, "b": max(margin.get("b") or 0, 30) + SLIDER_PX},
+            height=height,
         )
         return base
 

@@ -1,8 +1,8 @@
 """DeBERTa: disentangled attention, clip-and-shift / log-bucket positions, and the EMD.
 
 Paper: Pengcheng He, Xiaodong Liu, Jianfeng Gao, Weizhu Chen, "DeBERTa: Decoding-enhanced
-BERT with Disentangled Attention" (ICLR 2021). Book: chapter 4, "Transformer-XL and
-DeBERTa" (chapters/04_transformer_xl_and_deberta.ipynb): disentangled attention,
+BERT with Disentangled Attention" (ICLR 2021). Book: chapter 5, "DeBERTa: content and
+position, disentangled" (chapters/05_deberta.ipynb): disentangled attention,
 clip-and-shift and log-bucket offsets, the EMD.
 
 Sign convention: ``query_minus_key``. Entry (i, j) of every offset matrix here is i - j,

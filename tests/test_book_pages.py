@@ -1,0 +1,219 @@
+"""The book's own standards, checked on the sources of its pages.
+
+Every chapter: no "seed"/"source text" (readers never saw our reference texts; the book
+cites papers), a caption on every figure cell, a "Pitfalls" section with admonitions
+and an "Exercises" section with 3-5 exercises and hidden solutions, code lines of at
+most 88 characters, the Colab and import cells hidden, citations that resolve in
+``references.bib``, display math that MyST can parse. Figures and captions in the built
+pages are checked by ``tests/browser/test_book.py``.
+
+Chapters being rewritten elsewhere are listed in ``book_standards.PENDING``: their
+checks are strict expected failures, so the day a chapter meets a standard the test
+says so (XPASS fails) and the entry must go.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+from book_standards import PENDING
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+PAGES = sorted(p for p in ROOT.glob("*.md") if p.name not in ("README.md", "CONTRIBUTING.md"))
+
+# the reviewer's pattern (shared/hooks/before-stop): "the seed" but not "the seed = 0"
+SEED = re.compile(r"seed text|source text|the seed'?s?\b(?!\s*[=(0-9])", re.I)
+CITE = re.compile(r"\{cite(?::[pt])?\}`([^`]+)`")
+FIGURE_CALL = re.compile(r"\brp\.figures\.(heatmap|line|slider)\(")
+MAX_LINE = 88
+
+
+def cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["cells"]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def markdown(path: Path) -> str:
+    if path.suffix == ".md":
+        return path.read_text()
+    return "\n\n".join(source(c) for c in cells(path) if c["cell_type"] == "markdown")
+
+
+def figure_options(cell: dict) -> dict | None:
+    return ((cell.get("metadata") or {}).get("mystnb") or {}).get("figure")
+
+
+def every_chapter(check: str) -> list:
+    """One parameter per chapter; a strict xfail where ``check`` is pending."""
+    return [
+        pytest.param(
+            path, id=path.name,
+            marks=[pytest.mark.xfail(reason=f"{path.name}: being rewritten (kernel layer)",
+                                     strict=True)] if check in PENDING.get(path.name, ()) else [],
+        )
+        for path in CHAPTERS
+    ]
+
+
+def test_pending_chapters_exist():
+    names = {p.name for p in CHAPTERS}
+    assert set(PENDING) <= names, f"PENDING names chapters that do not exist: {set(PENDING) - names}"
+
+
+@pytest.mark.parametrize("path", every_chapter("seed"))
+def test_no_seed_or_source_text_in_a_chapter(path):
+    texts = [source(c) for c in cells(path)]
+    texts += [json.dumps(figure_options(c) or {}, ensure_ascii=False) for c in cells(path)]
+    hits = [m.group(0) for t in texts for m in SEED.finditer(t)]
+    assert not hits, f"{path.name} speaks of {hits}: cite the paper or say where a number comes from"
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_no_seed_or_source_text_on_a_page(path):
+    hits = SEED.findall(path.read_text())
+    assert not hits, f"{path.name} speaks of {hits}"
+
+
+def draws_a_figure(cell: dict) -> bool:
+    """A code cell whose displayed value (its last expression) is a plotly figure."""
+    text = source(cell)
+    if cell["cell_type"] != "code" or not FIGURE_CALL.search(text):
+        return False
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(("%", "!")))
+    body = ast.parse(code).body
+    return bool(body) and isinstance(body[-1], ast.Expr) and not text.rstrip().endswith(";")
+
+
+@pytest.mark.parametrize("path", every_chapter("captions"))
+def test_every_figure_cell_has_a_name_and_a_caption(path):
+    figure_cells = [c for c in cells(path) if draws_a_figure(c)]
+    assert figure_cells, f"{path.name} draws no figure"
+    for cell in figure_cells:
+        options = figure_options(cell)
+        first_line = source(cell).splitlines()[0]
+        assert options, f"{path.name}: the figure cell starting {first_line!r} has no mystnb.figure metadata"
+        assert re.fullmatch(r"fig-[a-z0-9-]+", options.get("name", "")), (
+            f"{path.name}: figure name {options.get('name')!r} must look like fig-<chapter>-<what>"
+        )
+        caption = options.get("caption", "")
+        assert len(caption.split()) >= 12, f"{path.name}: caption of {options['name']} is too short to say what to look at"
+    names = [figure_options(c)["name"] for c in figure_cells]
+    assert len(names) == len(set(names)), f"{path.name}: duplicate figure names {names}"
+
+
+def test_figure_names_are_unique_across_the_book():
+    names = [figure_options(c)["name"] for p in CHAPTERS for c in cells(p) if figure_options(c)]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+@pytest.mark.parametrize("path", every_chapter("captions"))
+def test_figures_are_referred_to_from_the_prose(path):
+    text = markdown(path)
+    names = [figure_options(c)["name"] for c in cells(path) if figure_options(c)]
+    assert names, f"{path.name} has no captioned figure"
+    for name in names:
+        assert f"{{numref}}`{name}`" in text, f"{path.name}: no {{numref}} refers to {name}"
+
+
+def sections(text: str) -> dict[str, str]:
+    """Level-2 sections of a chapter's markdown, by title, in order."""
+    parts = re.split(r"^## +(.+)$", text, flags=re.M)
+    return {title.strip(): body for title, body in zip(parts[1::2], parts[2::2])}
+
+
+@pytest.mark.parametrize("path", every_chapter("pitfalls"))
+def test_chapter_ends_with_pitfalls_and_exercises(path):
+    found = sections(markdown(path))
+    titles = list(found)
+    assert titles[-2:] == ["Pitfalls", "Exercises"], f"{path.name}: last sections are {titles[-2:]}"
+    admonitions = re.findall(r"^:::\{(warning|note|caution|danger|attention|important|tip|admonition)\}",
+                             found["Pitfalls"], re.M)
+    assert len(admonitions) >= 2, f"{path.name}: Pitfalls has {len(admonitions)} admonitions"
+
+
+@pytest.mark.parametrize("path", every_chapter("exercises"))
+def test_exercises_have_hidden_solutions_and_one_asks_for_a_prediction(path):
+    exercises = sections(markdown(path))["Exercises"]
+    items = re.findall(r"^\d+\. (.+)$", exercises, re.M)
+    assert 3 <= len(items) <= 5, f"{path.name}: {len(items)} exercises, the book wants 3 to 5"
+    solutions = re.findall(r"^ *:::\{admonition\} Solution\n *:class: dropdown$", exercises, re.M)
+    assert len(solutions) == len(items), f"{path.name}: {len(items)} exercises, {len(solutions)} solutions in a dropdown"
+    blocks = re.split(r"^\d+\. ", exercises, flags=re.M)[1:]
+    assert any(re.search(r"\bpredict", b, re.I) and re.search(r"\bchange|`[^`]+` to `", b, re.I) for b in blocks), (
+        f"{path.name}: no exercise asks the reader to change code and predict a number"
+    )
+
+
+@pytest.mark.parametrize("path", every_chapter("line length"))
+def test_code_lines_fit_the_column(path):
+    # the first code cell is the Colab set-up, hidden and rendered from _config.yml
+    code = [c for c in cells(path) if c["cell_type"] == "code"][1:]
+    long = [line for c in code for line in source(c).splitlines() if len(line) > MAX_LINE]
+    assert not long, f"{path.name}: {len(long)} code lines longer than {MAX_LINE} characters: {long[:2]}"
+
+
+@pytest.mark.parametrize("path", every_chapter("hidden set-up"))
+def test_colab_and_import_cells_are_hidden(path):
+    code = [c for c in cells(path) if c["cell_type"] == "code"]
+    for cell in code[:2]:
+        tags = (cell.get("metadata") or {}).get("tags", [])
+        assert "remove-input" in tags, f"{path.name}: {source(cell).splitlines()[0]!r} is not tagged remove-input"
+
+
+@pytest.mark.parametrize("path", [c for c in CHAPTERS if c.name[:2] in {"01", "02", "03", "04", "05"}],
+                         ids=lambda p: p.name)
+def test_scheme_chapters_use_only_the_stable_library_api(path):
+    # rp.kernels and rp.measure are being redesigned; chapters 1-5 stay off them
+    for cell in cells(path):
+        assert not re.search(r"\brp\.(kernels|measure)\b", source(cell)), f"{path.name} uses rp.kernels/rp.measure"
+
+
+def bib_keys() -> dict:
+    from pybtex.database import parse_file
+
+    return parse_file(str(ROOT / "references.bib")).entries
+
+
+def test_bibliography_entries_are_complete():
+    entries = bib_keys()
+    assert entries, "references.bib is empty"
+    for key, entry in entries.items():
+        assert entry.persons.get("author"), f"{key}: no author"
+        for field in ("title", "year", "url"):
+            assert entry.fields.get(field), f"{key}: no {field}"
+    assert "{bibliography}" in (ROOT / "bibliography.md").read_text()
+
+
+@pytest.mark.parametrize("path", CHAPTERS + PAGES, ids=lambda p: p.name)
+def test_citations_resolve(path):
+    keys = set(bib_keys())
+    cited = {k.strip() for group in CITE.findall(markdown(path)) for k in group.split(",")}
+    assert cited <= keys, f"{path.name} cites keys missing from references.bib: {sorted(cited - keys)}"
+
+
+@pytest.mark.parametrize("path", [c for c in CHAPTERS if c.name[:2] in {"02", "03", "04", "05"}],
+                         ids=lambda p: p.name)
+def test_scheme_chapters_cite_their_paper_in_the_opening(path):
+    opening = source(cells(path)[0])
+    assert CITE.search(opening), f"{path.name}: the first paragraph cites no paper"
+
+
+@pytest.mark.parametrize("path", CHAPTERS + PAGES, ids=lambda p: p.name)
+def test_display_math_starts_a_block(path):
+    # "$$" right after a text line (e.g. inside a list item) is rendered as raw text
+    lines = markdown(path).splitlines()
+    opening = True
+    for n, line in enumerate(lines):
+        if line.strip() == "$$":
+            if opening:
+                assert n == 0 or not lines[n - 1].strip(), (
+                    f"{path.name}: '$$' after {lines[n - 1].strip()!r} needs a blank line before it"
+                )
+            opening = not opening
