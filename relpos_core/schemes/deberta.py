@@ -517,13 +517,16 @@ class DisentangledLayer(nn.Module):
 class EnhancedMaskDecoder(nn.Module):
     """Enhanced Mask Decoder (paper section 3.2): absolute positions, added late.
 
-    DeBERTa's layers see only relative positions. Before the MLM head, the EMD runs n
-    more layers (n = 2, sharing weights) whose *query* input carries absolute position
-    embeddings P, while keys and values stay the encoder's hidden states H:
+    DeBERTa's layers see only relative positions. For masked-language-model pre-training
+    only, the EMD puts absolute positions back just before the MLM head: with H the
+    output of the *second-to-last* encoder layer, it re-runs the last layer (it replaces
+    the final pass; it does not add layers after it) with keys and values H and a *query*
+    input that carries absolute position embeddings P:
         I_0 = H + P[position_ids];  I_{t+1} = layer(H as keys/values, query_states=I_t)
-    and returns I_n (B, L, D) for the MLM head. ``layer`` defaults to a fresh
-    ``DisentangledLayer``; pass the encoder's last layer to share its weights as
-    Microsoft's release does. Offsets inside the layer are ``query_minus_key``.
+    and returns I_n (B, L, D) for the MLM head (n = ``num_steps``; the paper's n = 2 applies
+    the shared layer twice). ``layer`` defaults to a fresh ``DisentangledLayer``; pass the
+    encoder's last layer to share its weights, as Microsoft's release does. Offsets inside
+    the layer are ``query_minus_key``. Fine-tuning and inference use the encoder alone.
     """
 
     def __init__(self, config: DisentangledConfig, layer: nn.Module | None = None, num_steps: int = 2):
