@@ -63,6 +63,13 @@ def test_static_slider_has_a_frame_per_value_with_different_data():
     assert control.currentvalue.prefix == "L = "
 
 
+def test_static_slider_keeps_one_height_in_every_frame():
+    fig = rp.figures.slider(offsets_figure, [3, 12], name="L").static_figure()
+    heights = {f.layout.height for f in fig.frames}
+    assert heights == {fig.layout.height}  # moving the slider never resizes the figure
+    assert fig.layout.height == offsets_figure(12).layout.height + 80  # the tallest, plus the slider
+
+
 def test_static_slider_rejects_changing_trace_counts():
     def make(n):
         return rp.figures.heatmap([torch.eye(2)] * n)

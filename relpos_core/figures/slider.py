@@ -88,6 +88,9 @@ class SliderFigure:
         figures = {repr(v): (self.current_figure if v == self.value else self._figure(v)) for v in self.values}
         base = go.Figure(figures[repr(self.value)])
         n_traces = len(base.data)
+        # one height for the figure and every frame (the tallest, plus the slider), so
+        # moving the slider never resizes the figure or pushes the plot into the slider
+        height = max((fig.layout.height or 450) for fig in figures.values()) + 80
         frames = []
         for v in self.values:
             fig = figures[repr(v)]
@@ -96,7 +99,8 @@ class SliderFigure:
                     f"make_figure must return the same number of traces for every value: "
                     f"{n_traces} for {self.value!r} but {len(fig.data)} for {v!r}"
                 )
-            layout = {key: fig.layout[key] for key in ("title", "annotations", "height") if fig.layout[key] is not None}
+            layout = {key: fig.layout[key] for key in ("title", "annotations") if fig.layout[key] is not None}
+            layout["height"] = height
             for key in fig.layout:
                 if key.startswith(("xaxis", "yaxis")):
                     layout[key] = fig.layout[key]
@@ -120,7 +124,7 @@ class SliderFigure:
                 )
             ],
             margin=dict(b=110),
-            height=(base.layout.height or 450) + 80,
+            height=height,
         )
         return base
 
