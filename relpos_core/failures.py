@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 import torch
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
+from relpos_core.measure.guard import check_memory
 
 __all__ = [
     "SignConventionError",
@@ -43,10 +44,6 @@ BEFORE_OFFSET = {"key_minus_query": -1, "query_minus_key": 1}  # the key before 
 
 class SignConventionError(ValueError):
     """An implementation's bias gives the key before the query the value of another offset."""
-
-
-def _close(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> bool:
-    return bool(torch.allclose(a, b, rtol=rtol, atol=atol))
 
 
 @dataclass(frozen=True)
@@ -70,7 +67,7 @@ class SignTest:
     atol: float = 1e-6
 
     def _eq(self, a, b) -> bool:
-        return _close(a, b, self.rtol, self.atol)
+        return bool(torch.allclose(a, b, rtol=self.rtol, atol=self.atol))
 
     @property
     def passed(self) -> bool:
@@ -142,11 +139,17 @@ def two_token_sign_test(
         raise ValueError(f"scheme must use a relative offset ({list(BEFORE_OFFSET)}); {scheme!r} has {convention!r}")
     if not callable(value_at_offset):
         raise ValueError(f"value_at_offset must be callable (offset -> value), got {type(value_at_offset).__name__}")
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < 1:
+            raise ValueError(f"{name} must be a number in [0, 1), got {tol!r}")
     got = bias.detach().to(torch.float64)
     shape = got.shape[:-2]
 
     def want(offset: int) -> torch.Tensor:
-        value = torch.as_tensor(value_at_offset(offset)).detach().to(device=got.device, dtype=torch.float64)
+        try:
+            value = torch.as_tensor(value_at_offset(offset)).detach().to(device=got.device, dtype=torch.float64)
+        except (TypeError, RuntimeError) as err:
+            raise ValueError(f"value_at_offset({offset}) must return a number or a tensor, got an error: {err}") from err
         try:
             return torch.broadcast_to(value, shape).clone()
         except RuntimeError:
@@ -155,7 +158,7 @@ def two_token_sign_test(
 
     before = BEFORE_OFFSET[convention]
     want_before, want_after, want_same = want(before), want(-before), want(0)
-    if _close(want_before, want_after, rtol, atol):
+    if torch.allclose(want_before, want_after, rtol=rtol, atol=atol):
         raise ValueError(f"value_at_offset gives offsets +1 and -1 the same value, so a sign flip would pass "
                          f"unseen; test with a table whose rows differ (e.g. torch.arange)")
     # rows are queries at 0, 1 and columns keys at 0, 1
@@ -210,6 +213,8 @@ def distance_probe(
     seq_len = check_positive_int("seq_len", seq_len, max_value=2**16)
     head_dim = check_positive_int("head_dim", head_dim, max_value=4096)
     check_choice("dtype", dtype, (torch.float32, torch.float64))
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     distances = [check_int("distances[i]", r, min_value=0, max_value=seq_len - 1) for r in distances]
     if not distances:
         raise ValueError("distances must hold at least one distance in [0, seq_len - 1], got none")
@@ -217,6 +222,10 @@ def distance_probe(
                                                    if p.table.dim() == 3]
     H = heads[0] if heads else 1
     n = len(distances)
+    element = torch.empty((), dtype=dtype).element_size()
+    check_memory(2 * n * H * seq_len * head_dim * element, what="distance_probe (keys and values, one row per "
+                 "distance)", shape=(n, H, seq_len, head_dim), dtype=dtype,
+                 alternative="fewer distances per call")
     q, filler, target = (torch.randn(H, head_dim, generator=generator, dtype=torch.float64).to(dtype)
                          for _ in range(3))  # (H, d) each
     keys = filler[None, :, None, :].repeat(n, 1, seq_len, 1)  # (n, H, L, d)

@@ -130,6 +130,9 @@ def test_two_token_test_reports_other_bugs_as_wrong_values(t5_table):
     (dict(scheme="absolute"), "scheme must use a relative offset"),
     (dict(value_at_offset=3.0), "value_at_offset must be callable"),
     (dict(value_at_offset=lambda r: torch.zeros(5) + r), "must broadcast"),
+    (dict(value_at_offset=lambda r: "row"), "must return a number or a tensor"),
+    (dict(rtol=-1.0), "rtol must be a number in"),
+    (dict(atol="tight"), "atol must be a number in"),
 ])
 def test_two_token_test_validates_its_arguments(kwargs, match):
     args = dict(bias=torch.zeros(2, 2), scheme="t5", value_at_offset=lambda r: float(r))
@@ -252,6 +255,10 @@ def test_distance_probe_validates():
         rp.failures.distance_probe("alibi", [1], seq_len=8, head_dim=8)
     with pytest.raises(ValueError, match="seq_len"):
         rp.failures.distance_probe(terms["alibi"], [1], seq_len=0, head_dim=8)
+    with pytest.raises(ValueError, match="generator"):
+        rp.failures.distance_probe(terms["alibi"], [1], seq_len=8, head_dim=8, generator=0)
+    with rp.measure.memory_budget(MiB), pytest.raises(rp.measure.MemoryBudgetError, match="distance_probe"):
+        rp.failures.distance_probe(terms["alibi"], list(range(512)), seq_len=512, head_dim=8)
 
 
 # -- 4. a materialised bias that would run out of memory --------------------------------------
