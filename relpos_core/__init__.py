@@ -5,13 +5,14 @@ Import it as ``import relpos_core as rp``. Layers (see CONTRIBUTING.md):
 ``rp.terms`` (the pieces a term is made of), ``rp.positions`` (where queries and keys
 sit), ``rp.kernels`` (how: forms and backends), ``rp.attend`` (the one entry point),
 ``rp.registry`` (which paths exist), ``rp.measure`` (bytes and time), ``rp.figures``
-(heatmaps and sliders; plotly and ipywidgets load lazily, on first use).
+(heatmaps and sliders; plotly and ipywidgets load lazily, on first use),
+``rp.failures`` (the checks that catch each failure mode of chapter 9).
 """
-from . import figures, kernels, measure, offsets, positions, registry, schemes, terms
+from . import failures, figures, kernels, measure, offsets, positions, registry, schemes, terms
 from .attend import attend
 from .attention import attention, attention_weights
 from .offsets import relative_offsets
 
 __version__ = "0.1.0"
 __all__ = ["attend", "attention", "attention_weights", "relative_offsets", "offsets", "positions", "terms",
-           "schemes", "kernels", "registry", "measure", "figures"]
+           "schemes", "kernels", "registry", "measure", "failures", "figures"]

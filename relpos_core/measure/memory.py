@@ -49,16 +49,25 @@ def measure_peak_memory(fn, *args, device=None, **kwargs) -> int:
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
     dev = torch.device(device) if device is not None else infer_device(args, kwargs)
-    gc.collect()
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-        before = torch.cuda.memory_allocated(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        out = fn(*args, **kwargs)
-        torch.cuda.synchronize(dev)
-        peak = torch.cuda.max_memory_allocated(dev) - before
-        del out
-        return int(max(peak, 0))
-    if dev.type != "cpu":
+    if dev.type == "cpu":
+        # The profiler counts what is allocated and freed *during* the call: keep Python's cyclic
+        # garbage collector out of it (freeing older objects mid-call would lower the count), rather
+        # than collecting first, which takes seconds once a large library such as transformers is loaded.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return _cpu_peak(fn, args, kwargs)
+        finally:
+            if enabled:
+                gc.enable()
+    if dev.type != "cuda":
         raise ValueError(f"device must be a CPU or CUDA device, got {dev}")
-    return _cpu_peak(fn, args, kwargs)
+    gc.collect()  # CUDA: the allocator's own statistics, from what is allocated after collecting
+    torch.cuda.synchronize(dev)
+    before = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    out = fn(*args, **kwargs)
+    torch.cuda.synchronize(dev)
+    peak = torch.cuda.max_memory_allocated(dev) - before
+    del out
+    return int(max(peak, 0))
