@@ -11,14 +11,15 @@ Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb).
   the real tensors.
 * ``bench``: decode throughput per scheme and path in one run,
   ``python -m relpos_core.decoding --bench``.
+* ``plots``: the chapter's figures (plotly, imported lazily on first use).
 
-Only torch is imported here; the benchmark's plot helpers load plotly lazily.
+Only torch is imported here.
 """
-from . import bench, cache, ledger, model
+from . import bench, cache, ledger, model, plots
 from .cache import KVCache
 from .ledger import bytes_per_token, cache_bytes, shared_position_bytes, step_work
 from .model import NOT_DECODED, SCHEMES, Decoder, DecoderConfig, decode_paths, kept_positions
 
-__all__ = ["model", "cache", "ledger", "bench", "Decoder", "DecoderConfig", "KVCache", "SCHEMES",
+__all__ = ["model", "cache", "ledger", "bench", "plots", "Decoder", "DecoderConfig", "KVCache", "SCHEMES",
            "NOT_DECODED", "decode_paths", "kept_positions", "cache_bytes", "shared_position_bytes",
            "bytes_per_token", "step_work"]

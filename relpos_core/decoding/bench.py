@@ -42,7 +42,7 @@ from relpos_core.measure import guard
 from relpos_core.measure.timing import measure_time
 
 __all__ = ["PRESETS", "benchmark_cases", "run_decode_benchmark", "default_output", "load_result",
-           "throughput_ratios", "throughput_figure", "main"]
+           "throughput_ratios", "main"]
 
 PRESETS = {
     "cpu": dict(batch=1, num_layers=2, d_model=256, num_heads=4, head_dim=64, vocab_size=256,
@@ -217,30 +217,6 @@ def throughput_ratios(result: dict) -> dict[tuple[str, int], float]:
     base = {r["context"]: r["tokens_per_s"] for r in rows
             if (r["scheme"], r["layout"], r["form"], r["backend"]) == BASELINE}
     return {(r["label"], r["context"]): r["tokens_per_s"] / base[r["context"]] for r in rows if r["context"] in base}
-
-
-def throughput_figure(result: dict, *, height: int = 720):
-    """Dot plot: each path's decode tokens/s relative to absolute on SDPA, one colour per context."""
-    from relpos_core.figures._plotly import plotly_modules
-
-    go, _ = plotly_modules()
-    ratios = throughput_ratios(result)
-    labels = list(dict.fromkeys(label for label, _ in ratios))
-    contexts = sorted({c for _, c in ratios})
-    symbols = ["circle", "diamond", "square", "triangle-up", "x"]
-    fig = go.Figure()
-    for i, c in enumerate(contexts):
-        ys = [lab for lab in labels if (lab, c) in ratios]
-        xs = [ratios[(lab, c)] for lab in ys]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=f"context {c}",
-                                 marker=dict(size=9, symbol=symbols[i % len(symbols)]),
-                                 hovertemplate="%{y}<br>%{x:.2f} x absolute/SDPA<extra>context " + str(c) + "</extra>"))
-    fig.add_vline(x=1.0, line=dict(color="grey", dash="dot"))
-    fig.update_layout(height=height, margin=dict(l=10, r=20, t=40, b=60),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0),
-                      xaxis=dict(title="decode tokens/s ÷ absolute on SDPA (same context)", type="log"),
-                      yaxis=dict(autorange="reversed", automargin=True, categoryorder="array", categoryarray=labels))
-    return fig
 
 
 def main(argv=None) -> dict:

@@ -68,6 +68,7 @@ class KVCache:
         self.next_position = 0  # frame position of the next token
         self.seen = 0  # tokens written so far, evicted ones included
         self.evicted = 0  # tokens dropped so far
+        self.rerotated = 0  # cached keys turned to a new position so far (per layer; renumbered, rotated)
 
     # -- reading -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -187,6 +188,7 @@ class KVCache:
         moved = delta != 0  # (K,) only the keys whose number changed
         if not bool(moved.any()):
             return
+        self.rerotated += int(moved.sum())
         for layer, k in enumerate(self.keys):
             if k is not None:
                 k = k.clone()
