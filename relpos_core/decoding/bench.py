@@ -28,8 +28,8 @@ import datetime as _dt
 import json
 import os
 import platform
-import statistics
 import subprocess
+import time
 import warnings
 from pathlib import Path
 
@@ -46,7 +46,7 @@ __all__ = ["PRESETS", "benchmark_cases", "run_decode_benchmark", "default_output
 
 PRESETS = {
     "cpu": dict(batch=1, num_layers=2, d_model=256, num_heads=4, head_dim=64, vocab_size=256,
-                contexts=[256, 1024, 4096], dtype="float32", warmup=2, iters=8, repeats=3, threads=1),
+                contexts=[256, 1024, 4096], dtype="float32", warmup=2, iters=5, repeats=5, threads=1),
     "gpu": dict(batch=1, num_layers=4, d_model=1024, num_heads=16, head_dim=64, vocab_size=1024,
                 contexts=[1024, 4096, 16384], dtype="bfloat16", warmup=3, iters=20, repeats=3, threads=None),
     "tiny": dict(batch=1, num_layers=1, d_model=32, num_heads=2, head_dim=16, vocab_size=64,
@@ -97,17 +97,21 @@ def _git_commit() -> str:
         return f"unknown ({type(e).__name__})"
 
 
-def _provenance(preset: str, p: dict, device: torch.device, compiled: bool) -> dict:
+def _load_average():
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def _provenance(preset: str, p: dict, device: torch.device, compiled: bool, load_start, seconds: float) -> dict:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor()
                                                                              or platform.machine())
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return dict(device=device.type, device_name=name, torch=torch.__version__, cuda=torch.version.cuda,
                 python=platform.python_version(), platform=platform.platform(),
                 date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), git_commit=_git_commit(),
                 preset=preset, sizes=dict(p), threads=torch.get_num_threads(), cpu_count=os.cpu_count(),
-                load_average_at_start=None if load is None else [round(x, 2) for x in load],
+                load_average_start=load_start, load_average_end=_load_average(), wall_seconds=round(seconds, 1),
                 flex_compiled=compiled,
-                timing=("median over repeats of the mean of iters decode steps after warmup calls "
+                timing=("best (minimum) over repeats of the mean of iters decode steps after warmup calls, "
+                        "the minimum being the run least disturbed by other processes "
                         "(CUDA events on GPU, perf_counter on CPU); one step = one token for each of the "
                         "batch's sequences, against a cache of `context` tokens"))
 
@@ -132,9 +136,10 @@ def run_decode_benchmark(preset: str = "cpu", *, device=None, schemes=None, back
     previous_threads = torch.get_num_threads()
     if p["threads"] is not None:
         torch.set_num_threads(p["threads"])
+    load_start, start = _load_average(), time.perf_counter()
     try:
         results = _run_cases(p, device, dtype, benchmark_cases(schemes, backends), compiled, progress, seed)
-        provenance = _provenance(preset, p, device, compiled)
+        provenance = _provenance(preset, p, device, compiled, load_start, time.perf_counter() - start)
     finally:
         torch.set_num_threads(previous_threads)
     return dict(provenance=provenance, results=results)
@@ -173,9 +178,8 @@ def _run_cases(p, device, dtype, cases, compiled, progress, seed):
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", UserWarning)
-                        ms = statistics.median(measure_time(step, warmup=p["warmup"] if i == 0 else 0,
-                                                            iters=p["iters"], device=device)
-                                               for i in range(p["repeats"]))
+                        ms = min(measure_time(step, warmup=p["warmup"] if i == 0 else 0, iters=p["iters"],
+                                              device=device) for i in range(p["repeats"]))
                     row.update(status="ok", ms_per_step=ms, tokens_per_s=1e3 * p["batch"] / ms)
                 except guard.MemoryBudgetError as e:
                     row.update(status="skipped", reason=str(e).splitlines()[0])

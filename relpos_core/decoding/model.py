@@ -145,6 +145,14 @@ def kept_positions(step: int, *, sinks: int, window: int | None) -> torch.Tensor
     return all_positions[(all_positions < sinks) | (all_positions >= step - window)]  # (K,)
 
 
+def _check_finite(*tensors: torch.Tensor) -> None:
+    """The new tokens' queries, keys and values (or memory states) must be finite."""
+    for t in tensors:
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError("the new tokens' queries, keys or values hold non-finite values (NaN or inf): "
+                             "check the weights and the inputs")
+
+
 class DecoderAttention(nn.Module):
     """One layer's attention: projections, the scheme's learned position tables, ``rp.attend``."""
 
@@ -200,8 +208,10 @@ class DecoderAttention(nn.Module):
                 term = None  # positions are already inside q and k
             if cache is not None:
                 k, v = cache.append_kv(layer, k, v)  # (B, H, K + n, dh)
+        # what enters the cache is checked once, when written; rp.attend would rescan the whole cache
+        _check_finite(q, x if cfg.scheme == "transformer_xl" else k[:, :, -n:], v[:, :, -n:])
         out = attend(q, k, v, term, form=form, backend=backend, causal=True, query_positions=q_pos,
-                     key_positions=k_pos, compiled=compiled)  # (B, H, n, dh)
+                     key_positions=k_pos, compiled=compiled, check_finite=False)  # (B, H, n, dh)
         return self.wo(out.transpose(1, 2).reshape(B, n, -1))  # (B, n, D)
 
 
