@@ -101,12 +101,13 @@ def _load_average():
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
-def _provenance(preset: str, p: dict, device: torch.device, compiled: bool, load_start, seconds: float) -> dict:
+def _provenance(preset: str, p: dict, device: torch.device, compiled: bool, load_start, seconds: float,
+                commit: str) -> dict:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor()
                                                                              or platform.machine())
     return dict(device=device.type, device_name=name, torch=torch.__version__, cuda=torch.version.cuda,
                 python=platform.python_version(), platform=platform.platform(),
-                date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), git_commit=_git_commit(),
+                date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), git_commit=commit,
                 preset=preset, sizes=dict(p), threads=torch.get_num_threads(), cpu_count=os.cpu_count(),
                 load_average_start=load_start, load_average_end=_load_average(), wall_seconds=round(seconds, 1),
                 flex_compiled=compiled,
@@ -136,10 +137,10 @@ def run_decode_benchmark(preset: str = "cpu", *, device=None, schemes=None, back
     previous_threads = torch.get_num_threads()
     if p["threads"] is not None:
         torch.set_num_threads(p["threads"])
-    load_start, start = _load_average(), time.perf_counter()
+    load_start, start, commit = _load_average(), time.perf_counter(), _git_commit()  # the code that runs
     try:
         results = _run_cases(p, device, dtype, benchmark_cases(schemes, backends), compiled, progress, seed)
-        provenance = _provenance(preset, p, device, compiled, load_start, time.perf_counter() - start)
+        provenance = _provenance(preset, p, device, compiled, load_start, time.perf_counter() - start, commit)
     finally:
         torch.set_num_threads(previous_threads)
     return dict(provenance=provenance, results=results)
