@@ -298,6 +298,11 @@ def test_bad_arguments_are_refused():
         evicting = model.new_cache(sinks=1, window=1)
         model.decode(_tokens(4), evicting)
         evicting.truncate(1)
+    broken = _model("alibi")
+    with torch.no_grad():
+        broken.blocks[1].attention.wk.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        broken.decode(_tokens(3), broken.new_cache())
     assert dec.kept_positions(9, sinks=2, window=3).tolist() == [0, 1, 6, 7, 8, 9]
     assert dec.kept_positions(3, sinks=2, window=None).tolist() == [0, 1, 2, 3]
 

@@ -10,9 +10,11 @@ For every scheme of ``relpos_core.decoding.SCHEMES`` (both RoPE cache layouts) a
 preset: one ``Decoder`` with the preset's sizes is prefilled to the context length
 (once per scheme, layout and length, on a dense path; the cache's contents do not depend
 on the path), then one decode step (one new token attending to the whole cache) is timed
-repeatedly, the cache rolled back after each step (``KVCache.truncate``). Every case
-uses the same model sizes and cache lengths, so tokens/s can be compared as ratios
-within the run; the absolute numbers belong to the machine in the provenance. The
+repeatedly, the cache rolled back after each step (``KVCache.truncate``). The cases of
+one context are timed in rounds, each case once per round, and each keeps its best
+round, so every ratio compares samples taken side by side. Every case uses the same
+model sizes and cache lengths, so tokens/s can be compared as ratios within the run;
+the absolute numbers belong to the machine in the provenance. The
 cache appends with ``torch.cat`` (a copy per step, as Hugging Face's dynamic cache does)
 for every scheme alike. FlexAttention is compiled (``torch.compile``); its compilation
 happens in the warm-up calls and is not timed.
@@ -111,8 +113,9 @@ def _provenance(preset: str, p: dict, device: torch.device, compiled: bool, load
                 preset=preset, sizes=dict(p), threads=torch.get_num_threads(), cpu_count=os.cpu_count(),
                 load_average_start=load_start, load_average_end=_load_average(), wall_seconds=round(seconds, 1),
                 flex_compiled=compiled,
-                timing=("best (minimum) over repeats of the mean of iters decode steps after warmup calls, "
-                        "the minimum being the run least disturbed by other processes "
+                timing=("per context, every case is timed once per round (repeats rounds, side by side); "
+                        "a round is the mean of iters decode steps (warmup calls before round 1); a case's "
+                        "time is its best round, the one least disturbed by other processes "
                         "(CUDA events on GPU, perf_counter on CPU); one step = one token for each of the "
                         "batch's sequences, against a cache of `context` tokens"))
 
@@ -147,15 +150,21 @@ def run_decode_benchmark(preset: str = "cpu", *, device=None, schemes=None, back
 
 
 def _run_cases(p, device, dtype, cases, compiled, progress, seed):
+    """Per context: prefill one model per (scheme, layout), then time every case in rounds.
+
+    Round r times every case once (the warm-up calls in round 0), so each case gets one
+    sample from each stretch of the run and the ratios compare samples taken side by
+    side; a case's time is its best round.
+    """
     groups = {}
     for scheme, layout, form, backend in cases:
         groups.setdefault((scheme, layout), []).append((form, backend))
     results = []
-    total = len(cases) * len(p["contexts"])
-    done = 0
     g = torch.Generator().manual_seed(seed)
     for context in p["contexts"]:
         tokens = torch.randint(0, p["vocab_size"], (p["batch"], context + 1), generator=g).to(device)
+        new_token = tokens[:, context:context + 1]  # (B, 1)
+        rows, steps = [], []
         for (scheme, layout), paths in groups.items():
             cfg = DecoderConfig(scheme=scheme, vocab_size=p["vocab_size"], d_model=p["d_model"],
                                 num_heads=p["num_heads"], head_dim=p["head_dim"], num_layers=p["num_layers"],
@@ -165,35 +174,41 @@ def _run_cases(p, device, dtype, cases, compiled, progress, seed):
             form0, backend0 = _prefill_path(scheme)
             model(tokens[:, :context], cache, form=form0, backend=backend0)  # prefill: context tokens
             terms = model.position_terms()
-            new_token = tokens[:, context:context + 1]  # (B, 1)
             for form, backend in paths:
-                done += 1
-                row = dict(scheme=scheme, layout=layout, form=form, backend=backend, context=context,
-                           label=_label(scheme, layout, form, backend), batch=p["batch"],
-                           cache_bytes=sum(cache.nbytes().values()))
+                rows.append(dict(scheme=scheme, layout=layout, form=form, backend=backend, context=context,
+                                 label=_label(scheme, layout, form, backend), batch=p["batch"],
+                                 cache_bytes=sum(cache.nbytes().values()), ms_rounds=[]))
 
-                def step(form=form, backend=backend):
+                def step(model=model, cache=cache, terms=terms, form=form, backend=backend):
                     model(new_token, cache, form=form, backend=backend, compiled=compiled, terms=terms)
                     cache.truncate(context)
 
+                steps.append((step, cache))
+        for r in range(p["repeats"]):
+            for row, (step, cache) in zip(rows, steps):
+                if row.get("status") not in (None, "ok"):
+                    continue
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", UserWarning)
-                        ms = min(measure_time(step, warmup=p["warmup"] if i == 0 else 0, iters=p["iters"],
-                                              device=device) for i in range(p["repeats"]))
-                    row.update(status="ok", ms_per_step=ms, tokens_per_s=1e3 * p["batch"] / ms)
+                        row["ms_rounds"].append(measure_time(step, warmup=p["warmup"] if r == 0 else 0,
+                                                             iters=p["iters"], device=device))
+                    row["status"] = "ok"
                 except guard.MemoryBudgetError as e:
                     row.update(status="skipped", reason=str(e).splitlines()[0])
                 except Exception as e:  # recorded, never dropped
                     row.update(status="error", reason=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
                     cache.truncate(context)
-                results.append(row)
-                if progress:
-                    speed = f"{row['tokens_per_s']:9.1f} tok/s" if row["status"] == "ok" else row["status"]
-                    print(f"[{done:3d}/{total}] L={context:6d} {row['label']:32s} {speed}", flush=True)
-            del model, cache, terms
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            if progress:
+                print(f"L={context:6d}: round {r + 1}/{p['repeats']} of {len(rows)} cases done", flush=True)
+        for row in rows:
+            if row["status"] == "ok":
+                ms = min(row["ms_rounds"])
+                row.update(ms_per_step=ms, tokens_per_s=1e3 * p["batch"] / ms)
+            results.append(row)
+        del rows, steps
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     return results
 
 
