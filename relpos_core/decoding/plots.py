@@ -37,8 +37,8 @@ def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, 
                                             num_buckets=num_buckets, distances=context) / context
 
     return {
-        "Transformer-XL: rows r and u, v": [shared("transformer_xl", c) for c in contexts],
-        "Shaw: tables a^K, a^V": [shared("shaw", c) for c in contexts],
+        "Transformer-XL: rows r, u, v": [shared("transformer_xl", c) for c in contexts],
+        "Shaw: key and value tables": [shared("shaw", c) for c in contexts],
         "T5: bias table": [shared("t5", c) for c in contexts],
         "ALiBi: slopes": [shared("alibi", c) for c in contexts],
         "kept position (int64)": [float(ledger.POSITION_BYTES) for _ in contexts],
@@ -55,10 +55,16 @@ def position_bytes_figure(series: dict, contexts, *, y_range: tuple[float, float
               zip(series, ["solid", "dash", "dot", "dashdot", "longdash"])}
     fig = line(contexts, series, x_label="context length (tokens)", y_label="bytes per cached token",
                log_x=True, log_y=True, height=height, styles=styles)
-    fig.update_yaxes(range=[math.log10(y_range[0]), math.log10(y_range[1])])
+    fig.update_yaxes(range=[math.log10(y_range[0]), math.log10(y_range[1])], exponentformat="power")
+    fig.update_xaxes(tickvals=list(contexts), ticktext=[_short(c) for c in contexts])
     fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, xanchor="left"),
                       margin=dict(t=80))
     return fig
+
+
+def _short(n: int) -> str:
+    """16, 256, 1k, 64k: tick labels that fit a phone's width."""
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
 
 
 def components_figure(context: int, *, num_layers: int, num_heads: int, head_dim: int, dtype, batch: int = 1,
@@ -81,7 +87,7 @@ def components_figure(context: int, *, num_layers: int, num_heads: int, head_dim
         fig.add_trace(go.Bar(x=names, y=[rows[s][kind] / 1024 for s in rows], name=kind, marker_color=colour,
                              hovertemplate="%{x}<br>" + kind + ": %{y:.4g} KiB per token<extra></extra>"))
     fig.update_layout(barmode="stack", height=height, margin=dict(l=70, r=20, t=40, b=90),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, traceorder="normal"),
                       yaxis=dict(title="KiB per cached token", range=[0, 1.05 * ceiling / 1024]),
                       xaxis=dict(tickangle=-30))
     return fig
@@ -106,9 +112,12 @@ def throughput_figure(result: dict, *, height: int = 720):
             marker=dict(size=9, symbol=symbols[i % len(symbols)], color=colours[i % len(colours)]),
             hovertemplate="%{y}<br>%{x:.2f} x the speed of absolute on SDPA<extra>context " + str(c) + "</extra>"))
     fig.add_vline(x=1.0, line=dict(color="grey", dash="dot"))
+    every = list(ratios.values())
+    ticks = [t for t in (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10) if min(every) / 2 <= t <= max(every) * 2]
     fig.update_layout(height=height, margin=dict(l=10, r=20, t=40, b=60),
                       legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0),
-                      xaxis=dict(title="decode tokens/s ÷ absolute on SDPA (same context)", type="log"),
+                      xaxis=dict(title="tokens/s ÷ absolute on SDPA", type="log", tickvals=ticks,
+                                 ticktext=[f"{t:g}×" for t in ticks]),
                       yaxis=dict(autorange="reversed", automargin=True, categoryorder="array",
                                  categoryarray=labels))
     return fig
