@@ -6,13 +6,15 @@ Import it as ``import relpos_core as rp``. Layers (see CONTRIBUTING.md):
 sit), ``rp.kernels`` (how: forms and backends), ``rp.attend`` (the one entry point),
 ``rp.registry`` (which paths exist), ``rp.measure`` (bytes and time), ``rp.figures``
 (heatmaps and sliders; plotly and ipywidgets load lazily, on first use),
+``rp.decoding`` (a small decoder per scheme, its KV cache, eviction, bytes and speed),
 ``rp.failures`` (the checks that catch each failure mode of chapter 9).
 """
 from . import failures, figures, kernels, measure, offsets, positions, registry, schemes, terms
 from .attend import attend
+from . import decoding  # noqa: E402  (uses attend and the schemes)
 from .attention import attention, attention_weights
 from .offsets import relative_offsets
 
 __version__ = "0.1.0"
 __all__ = ["attend", "attention", "attention_weights", "relative_offsets", "offsets", "positions", "terms",
-           "schemes", "kernels", "registry", "measure", "failures", "figures"]
+           "schemes", "kernels", "registry", "measure", "decoding", "failures", "figures"]

@@ -2,7 +2,8 @@
 
 Paper: Su, Lu, Pan, Murtadha, Wen and Liu (2021), "RoFormer: Enhanced Transformer with
 Rotary Position Embedding", arXiv:2104.09864.
-Book: chapter 6, "RoPE and ALiBi" (chapters/06_rope_and_alibi.ipynb).
+Book: chapter 6, "RoPE and ALiBi" (chapters/06_rope_and_alibi.ipynb); RoPE in a KV
+cache (rotated or unrotated keys) in chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb).
 
 Sign convention: ``key_minus_query``. Rotating q_i by angle i*theta and k_j by j*theta gives
 ``(R_i q)^T (R_j k) = q^T R((j - i) theta) k``: the score depends only on ``j - i``
@@ -11,8 +12,10 @@ runs inside any attention kernel and any KV cache.
 
 Two layouts pair the head dimensions differently (same maths, different order):
 
-* ``"rotate_half"`` (GPT-NeoX, Llama, Hugging Face): dimension k pairs with k + d/2.
-* ``"interleaved"`` (the paper, GPT-J, Mesh TF): dimension 2k pairs with 2k + 1.
+* ``"rotate_half"`` (GPT-NeoX, Hugging Face's models): dimension k pairs with k + d/2.
+* ``"interleaved"`` (the paper, GPT-J, Meta's LLaMA reference code): dimension 2k pairs
+  with 2k + 1. Hugging Face's LLaMA is rotate-half: its conversion script permutes the
+  rows of W_q and W_k so that the scores stay the same.
 
 Pair k turns at frequency ``theta_k = base^(-2k/d)``. Angles are computed in float32 as
 Llama does (float64 when asked for float64), then cast to the input's dtype.

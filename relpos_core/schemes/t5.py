@@ -3,8 +3,8 @@
 Paper: Raffel, Shazeer, Roberts, Lee, Narang, Matena, Zhou, Li and Liu (2020),
 "Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer",
 JMLR 21. Book: chapter 3, "T5: one scalar per head, looked up by bucket"
-(chapters/03_t5_buckets.ipynb); the KV cache in chapter 6, "RoPE and ALiBi, and the KV
-cache" (chapters/06_rope_and_alibi.ipynb).
+(chapters/03_t5_buckets.ipynb); T5 in a KV cache in chapter 7, "The KV cache"
+(chapters/07_the_kv_cache.ipynb).
 
 Sign convention: ``key_minus_query``. The offset is ``j - i`` (key position minus query
 position), exactly as Mesh TensorFlow and Hugging Face compute it, so a positive offset

@@ -1,0 +1,123 @@
+"""Figures of chapter 7: cache bytes by component, position bytes per token, decode speed.
+
+Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb). plotly is imported on
+first use (``relpos_core.figures``), so importing this module needs only torch.
+"""
+from __future__ import annotations
+
+from relpos_core.decoding import ledger
+
+__all__ = ["COMPONENT_COLOURS", "position_bytes", "position_bytes_figure", "components_figure",
+           "throughput_figure"]
+
+# one colour per kind of bytes (categories, not a scale); keys and values in two blues
+COMPONENT_COLOURS = {
+    "keys": "#4c78a8",
+    "values": "#9ecae9",
+    "memory": "#f58518",
+    "position tables": "#e45756",
+    "positions": "#54a24b",
+}
+LABELS = {"absolute": "absolute", "shaw": "Shaw", "t5": "T5", "alibi": "ALiBi", "rope_rotated": "RoPE, rotated",
+          "rope_unrotated": "RoPE, unrotated", "transformer_xl": "Transformer-XL"}
+
+
+def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, dtype,
+                   max_relative_position: int = 16, num_buckets: int = 32) -> dict[str, list[float]]:
+    """Bytes of position state per cached token of one sequence, at each context length.
+
+    The shared tables divided by the context (Transformer-XL's rows cover ``context``
+    distances), and the int64 position a cache keeps per token once eviction leaves gaps.
+    RoPE and absolute positions store none (angles and sinusoids are computed).
+    """
+    def shared(scheme, context):
+        return ledger.shared_position_bytes(scheme, num_layers=num_layers, num_heads=num_heads,
+                                            head_dim=head_dim, dtype=dtype,
+                                            max_relative_position=max_relative_position,
+                                            num_buckets=num_buckets, distances=context) / context
+
+    return {
+        "Transformer-XL: rows r, u, v": [shared("transformer_xl", c) for c in contexts],
+        "Shaw: key and value tables": [shared("shaw", c) for c in contexts],
+        "T5: bias table": [shared("t5", c) for c in contexts],
+        "ALiBi: slopes": [shared("alibi", c) for c in contexts],
+        "kept position (int64)": [float(ledger.POSITION_BYTES) for _ in contexts],
+    }
+
+
+def position_bytes_figure(series: dict, contexts, *, y_range: tuple[float, float], height: int = 440):
+    """Log-log lines of ``position_bytes`` output; ``y_range`` (bytes) is fixed for sliders."""
+    import math
+
+    from relpos_core.figures.lines import line
+
+    styles = {name: dict(line=dict(dash=dash)) for name, dash in
+              zip(series, ["solid", "dash", "dot", "dashdot", "longdash"])}
+    fig = line(contexts, series, x_label="context length (tokens)", y_label="bytes per cached token",
+               log_x=True, log_y=True, height=height, styles=styles)
+    fig.update_yaxes(range=[math.log10(y_range[0]), math.log10(y_range[1])], exponentformat="power")
+    fig.update_xaxes(tickvals=list(contexts), ticktext=[_short(c) for c in contexts])
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, xanchor="left"),
+                      margin=dict(t=80))
+    return fig
+
+
+def _short(n: int) -> str:
+    """16, 256, 1k, 64k: tick labels that fit a phone's width."""
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def components_figure(context: int, *, num_layers: int, num_heads: int, head_dim: int, dtype, batch: int = 1,
+                      max_relative_position: int = 16, num_buckets: int = 32, height: int = 430):
+    """Stacked bars: bytes per cached token of one sequence, by kind, for every scheme and layout.
+
+    Values from ``ledger.bytes_per_token`` in KiB; the y axis is fixed by the largest
+    total at ``context = 1`` so that a slider over the context never rescales it.
+    """
+    from relpos_core.figures._plotly import plotly_modules
+
+    go, _ = plotly_modules()
+    sizes = dict(batch=batch, num_layers=num_layers, num_heads=num_heads, head_dim=head_dim, dtype=dtype,
+                 max_relative_position=max_relative_position, num_buckets=num_buckets)
+    rows = {s: ledger.bytes_per_token(s, context=context, **sizes) for s in ledger.LAYOUT_SCHEMES}
+    ceiling = max(sum(ledger.bytes_per_token(s, context=1, **sizes).values()) for s in ledger.LAYOUT_SCHEMES)
+    names = [LABELS[s] for s in rows]
+    fig = go.Figure()
+    for kind, colour in COMPONENT_COLOURS.items():
+        fig.add_trace(go.Bar(x=names, y=[rows[s][kind] / 1024 for s in rows], name=kind, marker_color=colour,
+                             hovertemplate="%{x}<br>" + kind + ": %{y:.4g} KiB per token<extra></extra>"))
+    fig.update_layout(barmode="stack", height=height, margin=dict(l=70, r=20, t=40, b=90),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, traceorder="normal"),
+                      yaxis=dict(title="KiB per cached token", range=[0, 1.05 * ceiling / 1024]),
+                      xaxis=dict(tickangle=-30))
+    return fig
+
+
+def throughput_figure(result: dict, *, height: int = 720):
+    """Dot plot: each path's decode tokens/s divided by absolute on SDPA's, one marker per context."""
+    from relpos_core.decoding.bench import throughput_ratios
+    from relpos_core.figures._plotly import plotly_modules
+
+    go, _ = plotly_modules()
+    ratios = throughput_ratios(result)
+    labels = list(dict.fromkeys(label for label, _ in ratios))
+    contexts = sorted({c for _, c in ratios})
+    symbols = ["circle", "diamond", "square", "triangle-up", "x"]
+    colours = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2"]
+    fig = go.Figure()
+    for i, c in enumerate(contexts):
+        ys = [lab for lab in labels if (lab, c) in ratios]
+        fig.add_trace(go.Scatter(
+            x=[ratios[(lab, c)] for lab in ys], y=ys, mode="markers", name=f"context {c}",
+            marker=dict(size=9, symbol=symbols[i % len(symbols)], color=colours[i % len(colours)]),
+            hovertemplate="%{y}<br>%{x:.2f} x the speed of absolute on SDPA<extra>context " + str(c) + "</extra>"))
+    fig.add_vline(x=1.0, line=dict(color="grey", dash="dot"))
+    every = list(ratios.values())
+    ticks = [t for t in (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10) if min(every) / 2 <= t <= max(every) * 2]
+    fig.update_layout(height=height, margin=dict(l=10, r=20, t=40, b=60),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0),
+                      xaxis=dict(title="tokens/s ÷ absolute on SDPA", type="log", tickvals=ticks,
+                                 ticktext=[f"{t:g}×" for t in ticks]),
+                      yaxis=dict(autorange="reversed", automargin=True, categoryorder="array",
+                                 categoryarray=labels))
+    return fig
