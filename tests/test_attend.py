@@ -21,9 +21,16 @@ from relpos_core import registry
 from tests.references_attend import REFERENCES, make_params
 
 PATHS = [(p.scheme, p.form, p.backend) for p in registry.paths()]
-# every backend, every form and every kind of piece, for the slower checks (half precision)
+# FlexAttention's eager reference retraces every new shape (about a second on CPU): the per-path checks
+# below run every eager and SDPA path, and flex for one scalar and one vector scheme in each form (the
+# hypothesis test above draws every flex path)
+FLEX_SAMPLE = {("t5", "gather", "flex"), ("deberta", "naive", "flex"), ("alibi", "naive", "flex"),
+               ("shaw_key", "gather", "flex")}
+CHEAP = [p for p in PATHS if p[2] != "flex" or p in FLEX_SAMPLE]
+# every backend, every form and every kind of piece, for the half-precision check
 SAMPLE = [p for p in PATHS if p[:2] in {("t5", "naive"), ("shaw_key", "gather"), ("deberta", "skew"),
-                                         ("alibi", "gather"), ("transformer_xl", "naive"), ("rope", "none")}]
+                                         ("alibi", "gather"), ("transformer_xl", "naive"), ("rope", "none")}
+          and (p[2] != "flex" or p in FLEX_SAMPLE)]
 H, D = 2, 8
 
 
@@ -53,7 +60,7 @@ def _quiet(fn):
         return fn()
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(PATHS), Lq=st.integers(1, 7), extra=st.integers(0, 5), causal=st.booleans(),
        mode=st.sampled_from(["default", "offset", "evicted"]), k=st.integers(1, 12), seed=st.integers(0, 999))
 def test_every_path_matches_the_float64_reference(path, Lq, extra, causal, mode, k, seed):
@@ -193,7 +200,7 @@ def test_block_mask_and_score_mod_masking_agree_and_the_block_mask_skips_tiles()
 # ----------------------------------------------------------------------------- shared behaviour
 
 
-@pytest.mark.parametrize("path", PATHS, ids="-".join)
+@pytest.mark.parametrize("path", CHEAP, ids="-".join)
 def test_a_query_that_sees_no_key_gets_zeros_on_every_path(path):
     scheme, form, backend = path
     if scheme == "transformer_xl":
@@ -206,7 +213,7 @@ def test_a_query_that_sees_no_key_gets_zeros_on_every_path(path):
     assert out[:, :, 2].abs().sum() > 0
 
 
-@pytest.mark.parametrize("path", PATHS, ids="-".join)
+@pytest.mark.parametrize("path", CHEAP, ids="-".join)
 def test_decode_step_equals_the_last_row_of_the_full_computation(path):
     """The regression the kernel redesign fixed: a decoder step attends to its whole cache."""
     scheme, form, backend = path

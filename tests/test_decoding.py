@@ -84,7 +84,13 @@ def test_cached_decoding_equals_full_recomputation(case):
     assert full.abs().max() > 0.5  # logits of a real size: the comparison can fail
 
 
-@pytest.mark.parametrize("case", _cases(flex=True), ids=_id)
+# FlexAttention's eager reference retraces every new shape (about a second on CPU): one scalar-bias
+# scheme, RoPE's unrotated cache and Transformer-XL's vector term cover what flex does differently.
+FLEX_CASES = [c for c in _cases(flex=True) if c[:2] in {("t5", "gather"), ("transformer_xl", "gather")}
+              or c[3] == "unrotated"]
+
+
+@pytest.mark.parametrize("case", FLEX_CASES, ids=_id)
 def test_a_decode_step_on_flex_equals_full_recomputation(case):
     """The cache filled on SDPA (its contents do not depend on the path), then one step on flex.
 
