@@ -5,9 +5,9 @@ Import it as ``import relpos_core as rp``. Layers (see CONTRIBUTING.md):
 (bytes and time), ``rp.figures`` (heatmaps and sliders; plotly and ipywidgets load
 lazily, on first use).
 """
-from . import figures, kernels, measure, offsets, schemes
+from . import figures, kernels, lab, measure, offsets, schemes
 from .attention import attention, attention_weights
 from .offsets import relative_offsets
 
 __version__ = "0.1.0"
-__all__ = ["attention", "attention_weights", "relative_offsets", "offsets", "schemes", "kernels", "measure", "figures"]
+__all__ = ["attention", "attention_weights", "relative_offsets", "offsets", "schemes", "kernels", "measure", "figures", "lab"]
