@@ -91,8 +91,9 @@ def main(argv=None) -> dict:
     from .train import run_preset
 
     command = "python -m relpos_core.lab " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    commit = results.git_commit()  # the code that runs is the code at the start
     output = run_preset(preset, seeds, progress=not args.no_progress, threads_per_run=args.threads)
-    res = results.build_results(preset, seeds, output, command=command)
+    res = results.build_results(preset, seeds, output, command=command, commit=commit)
     stem = f"lab-{preset.name}"
     path = results.save_results(res, out_dir / f"{stem}.json")
     plots = [] if args.no_plots else figures.save_plots(res, out_dir, stem)

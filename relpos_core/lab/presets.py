@@ -80,7 +80,7 @@ class Preset:
 
 
 SHAW_KS = (2, 4, 8, 16)  # the clipping slider; 8 is the main grid's k
-T5_MAX_DISTANCES = (16, 32, 64, 128)  # the bucket slider; 128 (T5's default) is the main grid's
+T5_MAX_DISTANCES = (16, 32, 128)  # the bucket slider; 128 (T5's default) is the main grid's
 EMD_SCHEMES = ("learned", "rope", "deberta", "deberta_emd")
 
 
@@ -116,9 +116,9 @@ _SCHEME_DEFAULTS = dict(shaw_k=8, deberta_span=8, t5_num_buckets=32, t5_max_dist
 
 _BOOK_TASKS = {
     "retrieval": TaskSetup("retrieval", dict(num_pairs=3, num_keys=8, num_values=8, num_filler=4),
-                           train_length=16, steps=200, batch_size=64, eval_rows=128),
+                           train_length=16, steps=300, batch_size=64, eval_rows=128),
     "copy": TaskSetup("copy", dict(num_symbols=64, min_fraction=0.25),
-                      train_length=16, steps=200, batch_size=64, eval_rows=64),
+                      train_length=16, steps=300, batch_size=64, eval_rows=64),
     "marker": TaskSetup("marker", dict(max_offset=16, num_filler=1),
                         train_length=32, steps=200, batch_size=32, eval_rows=48),
     "position": TaskSetup("position", dict(num_positions=32, num_filler=16),

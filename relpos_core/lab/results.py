@@ -36,6 +36,7 @@ __all__ = [
     "length_table",
     "length_table_markdown",
     "detail_accuracy",
+    "compare",
     "cosine_similarity",
     "provenance_line",
     "git_commit",
@@ -62,8 +63,9 @@ def git_commit() -> str:
         return f"unknown ({type(err).__name__})"
 
 
-def build_results(preset, seeds, run_output: dict, *, command: str | None = None) -> dict:
-    """The results object for ``run_output`` (from ``train.run_preset``)."""
+def build_results(preset, seeds, run_output: dict, *, command: str | None = None, commit: str | None = None) -> dict:
+    """The results object for ``run_output`` (from ``train.run_preset``). Pass ``commit``
+    (``git_commit()`` taken before training) so edits made while it ran do not count."""
     provenance = {
         "device": "cpu",
         "device_name": platform.processor() or platform.machine() or "cpu",
@@ -71,7 +73,7 @@ def build_results(preset, seeds, run_output: dict, *, command: str | None = None
         "python": platform.python_version(),
         "platform": platform.platform(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": git_commit(),
+        "git_commit": commit if commit is not None else git_commit(),
         "preset": preset.name,
         "seeds": list(seeds),
         "threads": run_output.get("threads"),
@@ -184,6 +186,20 @@ def detail_accuracy(results: dict, run_id: str) -> tuple[list[int], list[float],
                          for d in details])
     mean = [sum(col) / len(col) for col in zip(*per_seed)]
     return details, mean, per_seed
+
+
+def compare(results: dict, run_a: str, run_b: str, multiplier: int = 1) -> dict:
+    """Accuracy of ``run_a`` minus ``run_b`` at ``multiplier``, seed by seed (same seeds in both).
+
+    Returns ``{"diffs": [...], "mean": float, "a_wins_every_seed": bool, "b_wins_every_seed": bool}``.
+    """
+    a = {r["seed"]: r["eval"][str(multiplier)]["accuracy"] for r in records(results, run_a)}
+    b = {r["seed"]: r["eval"][str(multiplier)]["accuracy"] for r in records(results, run_b)}
+    if set(a) != set(b):
+        raise ValueError(f"run_a and run_b must have the same seeds, got {sorted(a)} and {sorted(b)}")
+    diffs = [a[s] - b[s] for s in sorted(a)]
+    return {"diffs": diffs, "mean": sum(diffs) / len(diffs), "a_wins_every_seed": all(d > 0 for d in diffs),
+            "b_wins_every_seed": all(d < 0 for d in diffs)}
 
 
 def cosine_similarity(table) -> torch.Tensor:
