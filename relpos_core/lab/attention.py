@@ -44,6 +44,8 @@ __all__ = [
     "deberta_relative_table",
     "enhanced_mask_decoder",
     "deberta_config",
+    "shaw_rows_of_offsets",
+    "t5_buckets_of_offsets",
 ]
 
 
@@ -152,3 +154,27 @@ def enhanced_mask_decoder(config, layer: torch.nn.Module, num_steps: int = 2) ->
     relative_pos=)``; the EMD adds absolute positions to the query input only.
     """
     return _deberta.EnhancedMaskDecoder(config, layer=layer, num_steps=num_steps)
+
+
+# ----------------------------------------------------------------------------- offsets to table rows (figures)
+
+
+def shaw_rows_of_offsets(offsets: torch.Tensor, k: int) -> torch.Tensor:
+    """Shaw's table row clip(r, -k, k) + k for each offset r = j - i (``key_minus_query``)."""
+    _check_offsets(offsets)
+    idx = _shaw.shaw_relative_index(1, 2 * int(offsets.abs().max()) + 1, max_relative_position=k,
+                                    query_offset=int(offsets.abs().max()))[0]  # rows of r = -m .. m
+    return idx[offsets + int(offsets.abs().max())]
+
+
+def t5_buckets_of_offsets(offsets: torch.Tensor, *, max_distance: int, num_buckets: int = 32,
+                          bidirectional: bool = True) -> torch.Tensor:
+    """T5's bucket of each offset r = j - i (``key_minus_query``)."""
+    _check_offsets(offsets)
+    return _t5.t5_relative_bucket(offsets, bidirectional=bidirectional, num_buckets=num_buckets,
+                                  max_distance=max_distance)
+
+
+def _check_offsets(offsets) -> None:
+    if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1 or offsets.numel() == 0 or offsets.is_floating_point():
+        raise ValueError(f"offsets must be a non-empty 1-D integer tensor, got {offsets!r:.80}")

@@ -20,6 +20,7 @@ __all__ = [
     "band_figure",
     "position_figure",
     "t5_last_bucket_start",
+    "shared_rows",
     "save_plots",
 ]
 
@@ -85,14 +86,36 @@ def t5_last_bucket_start(max_distance: int, num_buckets: int = 32) -> int:
     return math.ceil(m * (max_distance / m) ** ((n - 1 - m) / (n - m)))
 
 
-def _vertical(go, x, y_top, name, color, dash):
+def shared_rows(family: str, value: int, max_offset: int) -> tuple[list[int], list[int]]:
+    """For offsets r in [-D, D] without 0: how many offsets of that range share r's Shaw row
+    (clip k = ``value``) or T5 bucket (max_distance = ``value``, 32 buckets, bidirectional).
+    Returns (offsets, counts). A model that sees position only through that row cannot beat
+    1 / count on offset r (guessing among the offsets it cannot tell apart)."""
+    import torch
+
+    from . import attention as adapter
+
+    r = torch.cat([torch.arange(-max_offset, 0), torch.arange(1, max_offset + 1)])  # (2D,)
+    if family == "shaw":
+        rows = adapter.shaw_rows_of_offsets(r, value)  # (2D,)
+    elif family == "t5":
+        rows = adapter.t5_buckets_of_offsets(r, max_distance=value)  # (2D,)
+    else:
+        raise ValueError(f"family must be 'shaw' or 't5', got {family!r}")
+    counts = (rows[:, None] == rows[None, :]).sum(1)  # (2D,)
+    return r.tolist(), counts.tolist()
+
+
+def _vertical(go, x, y_top, name, color, dash, showlegend):
     return go.Scatter(x=[x, x], y=[0, y_top], mode="lines", name=name, line=dict(color=color, dash=dash, width=1.5),
-                      hoverinfo="name", showlegend=True)
+                      hoverinfo="name", showlegend=showlegend, legendgroup=name)
 
 
 def clipping_slider(results: dict, family: str):
-    """Accuracy against the offset r to the marker, one frame per clip k (``family="shaw"``)
-    or per T5 max_distance (``family="t5"``), with the limit drawn as vertical lines."""
+    """Accuracy against the offset r to the marker at the training length, one frame per
+    clip k (``family="shaw"``) or T5 max_distance (``family="t5"``). With it: the best a
+    model can do from the position term alone (1 / offsets sharing r's row or bucket) and
+    vertical lines at the first offsets that share a row or bucket with another."""
     if family not in ("shaw", "t5"):
         raise ValueError(f"family must be 'shaw' or 't5', got {family!r}")
     figures = _rp_figures()
@@ -110,21 +133,20 @@ def clipping_slider(results: dict, family: str):
         details, mean, per_seed = R.detail_accuracy(results, run_id)
         lo = [min(col) for col in zip(*per_seed)]
         hi = [max(col) for col in zip(*per_seed)]
+        offsets, counts = shared_rows(family, value, max_offset)
+        merged = [abs(r) for r, c in zip(offsets, counts) if c > 1]
+        limit = value if family == "shaw" else (min(merged) if merged else max_offset)
         fig = go.Figure()
-        fig.add_trace(go.Scatter(x=details, y=mean, mode="lines+markers", name="accuracy (mean over seeds)",
+        fig.add_trace(go.Scatter(x=details, y=mean, mode="lines+markers", name="accuracy (mean of seeds)",
                                  error_y=dict(type="data", symmetric=False, array=[h - m for h, m in zip(hi, mean)],
                                               arrayminus=[m - l for m, l in zip(mean, lo)], thickness=1, width=2),
                                  line=dict(color="#1f77b4")))
-        if family == "shaw":
-            limit, name = value, f"clip k = {value}"
-            fig.add_trace(_vertical(go, -limit, 1.05, name, "#d62728", "dash"))
-            fig.add_trace(_vertical(go, limit, 1.05, name + " ", "#d62728", "dash"))
-            title = f"Shaw key+value, clip k = {value}"
-        else:
-            start = t5_last_bucket_start(value)
-            fig.add_trace(_vertical(go, -start, 1.05, f"last bucket from |r| = {start}", "#ff7f0e", "dot"))
-            fig.add_trace(_vertical(go, start, 1.05, f"last bucket from |r| = {start} ", "#ff7f0e", "dot"))
-            title = f"T5 buckets, 32 buckets, max_distance = {value}"
+        fig.add_trace(go.Scatter(x=offsets, y=[1 / c for c in counts], mode="lines", name="position term alone",
+                                 line=dict(color="#7f7f7f", dash="dot", shape="hvh")))
+        label = f"clip at |r| = {value}" if family == "shaw" else f"first shared bucket at |r| = {limit}"
+        fig.add_trace(_vertical(go, -limit, 1.05, label, "#d62728", "dash", False))
+        fig.add_trace(_vertical(go, limit, 1.05, label, "#d62728", "dash", False))
+        title = (f"Shaw key+value, k = {value}" if family == "shaw" else f"T5, max_distance = {value}")
         fig.update_layout(
             title=title, height=420, margin=dict(l=70, r=20, t=60, b=60), showlegend=False,
             xaxis=dict(title="offset r = marker position − token position", range=[-max_offset - 1, max_offset + 1],
@@ -133,40 +155,70 @@ def clipping_slider(results: dict, family: str):
         )
         return fig
 
-    return figures.slider(make, list(values), name="k" if family == "shaw" else "max_distance", initial=default)
+    return _steady_slider(make, list(values), name="k" if family == "shaw" else "max_distance", initial=default,
+                          below_axis=True)
 
 
-def band_figure(results: dict, offsets=(-16, 15)):
+def band_figure(results: dict, offsets=(-16, 15), seed_index: int = 0):
     """Cosine similarity between the rows of Shaw's layer-0 key table for offsets
-    ``offsets[0] .. offsets[1]``: random and sinusoidal initialisation, before and after training
-    (first seed)."""
-    panels, titles = [], []
-    for run_id, label in (("marker/shaw_kv-k16", "random init"), ("marker/shaw_kv-k16-sinusoidal", "sinusoidal init")):
-        rec = R.records(results, run_id)[0]
-        k = rec["tables"]["initial"]["k"]
-        rows = slice(offsets[0] + k, offsets[1] + k + 1)  # row r + k holds offset r
-        for stage in ("initial", "trained"):
-            panels.append(R.cosine_similarity(rec["tables"][stage]["rel_key"])[rows, rows])
-            titles.append(f"{label}, {'before' if stage == 'initial' else 'after'} training")
+    ``offsets[0] .. offsets[1]``, random start and sinusoidal start side by side, with a
+    slider from before to after training (one seed, the first by default)."""
+    runs = (("marker/shaw_kv-k16", "random start"), ("marker/shaw_kv-k16-sinusoidal", "sinusoidal start"))
     ticks = list(range(offsets[0], offsets[1] + 1))
-    fig = _rp_figures().heatmap(panels, titles=titles, x_ticks=ticks, y_ticks=ticks, x_label="offset r'",
-                                y_label="offset r", zmin=-1, zmax=1, colorscale="RdBu_r", annotate_max=0,
-                                height=430)
-    fig.update_traces(colorbar=dict(title=dict(text="cosine<br>similarity"), len=0.8))
-    return fig
+
+    def make(stage):
+        panels = []
+        for run_id, _ in runs:
+            rec = R.records(results, run_id)[seed_index]
+            k = rec["tables"]["initial"]["k"]
+            rows = slice(offsets[0] + k, offsets[1] + k + 1)  # row r + k holds offset r
+            key = "initial" if stage == "before training" else "trained"
+            panels.append(R.cosine_similarity(rec["tables"][key]["rel_key"])[rows, rows])
+        fig = _rp_figures().heatmap(panels, titles=[label for _, label in runs], x_ticks=ticks, y_ticks=ticks,
+                                    x_label="offset r'", y_label="offset r", zmin=-1, zmax=1, colorscale="RdBu_r",
+                                    annotate_max=0, height=430, title=f"Shaw key table, layer 0, {stage}")
+        fig.update_xaxes(dtick=8)
+        fig.update_yaxes(dtick=4)
+        fig.update_yaxes(showticklabels=False, row=1, col=2)  # the left panel's labels serve both
+        fig.update_traces(colorbar=dict(title=dict(text="cosine<br>similarity"), len=0.8))
+        return fig
+
+    return _steady_slider(make, ["before training", "after training"], name="table", initial="after training")
 
 
 def position_figure(results: dict, variants=("learned", "rope", "deberta", "deberta_emd")):
     """Accuracy against absolute position for the position task (mean over seeds)."""
-    series, details = {}, None
+    series, details, styles = {}, None, {}
     for v in variants:
         details, mean, _ = R.detail_accuracy(results, f"position/{v}")
         series[LABELS.get(v, v)] = mean
-    fig = _rp_figures().line(details, series, x_label="absolute position i", y_label="accuracy", height=420)
+        styles[LABELS.get(v, v)] = dict(line=dict(dash=_RELATIVE_DASH.get(v, "solid")))
+    fig = _rp_figures().line(details, series, x_label="absolute position i", y_label="accuracy", height=420,
+                             styles=styles)
     fig.update_yaxes(range=[0, 1.05])
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
                       margin=dict(b=140))
     return fig
+
+
+def _steady_slider(make_figure, values, *, name, initial, below_axis: bool = False):
+    """``rp.figures.slider`` with two changes to its static (HTML) form: every frame keeps
+    the figure's full height (the frames would otherwise carry each figure's own height,
+    without the room added for the slider, and the plot would shrink when the slider
+    moves), and with ``below_axis`` the slider sits below a bottom x axis and its title."""
+    from relpos_core.figures.slider import SliderFigure
+
+    class Steady(SliderFigure):
+        def static_figure(self):
+            fig = super().static_figure()
+            if below_axis:
+                fig.layout.sliders[0].pad = dict(t=75)
+                fig.update_layout(margin=dict(b=150), height=fig.layout.height + 40)
+            for frame in fig.frames:
+                frame.layout.height = fig.layout.height
+            return fig
+
+    return Steady(make_figure, values, name=name, initial=initial)
 
 
 # ----------------------------------------------------------------------------- PNGs for the CLI

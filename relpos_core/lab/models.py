@@ -23,9 +23,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from relpos_core._validate import check_choice, check_positive_int, check_tensor
+from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 
 from . import attention as adapter
 
@@ -120,7 +119,8 @@ class LabBlock(nn.Module):
         if config.scheme in ("shaw_kv", "shaw_k"):
             rows = 2 * config.shaw_k + 1
             self.rel_key = _shaw_table(rows, config.head_dim, config.shaw_init)
-            self.rel_value = _shaw_table(rows, config.head_dim, config.shaw_init) if config.scheme == "shaw_kv" else None
+            with_value = config.scheme == "shaw_kv"
+            self.rel_value = _shaw_table(rows, config.head_dim, config.shaw_init) if with_value else None
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:  # (..., L, D) -> (..., H, L, d)
         x = x.view(*x.shape[:-1], self.config.num_heads, self.config.head_dim)  # (..., L, H, d)
@@ -216,6 +216,9 @@ class LabModel(nn.Module):
 
 def build_model(config: LabModelConfig, *, seed: int) -> LabModel:
     """The model for ``config`` with parameters drawn from ``torch.manual_seed(seed)``."""
+    if not isinstance(config, LabModelConfig):
+        raise ValueError(f"config must be a LabModelConfig, got {type(config).__name__}")
+    seed = check_int("seed", seed, min_value=0, max_value=2**63 - 1)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return LabModel(config)

@@ -141,7 +141,8 @@ PRESETS["tiny"] = replace(
 )
 PRESETS["full"] = replace(
     PRESETS["book"], name="full",
-    description="the book preset's runs with 4x the steps and 4x the evaluation rows, three seeds (a long CPU run or a GPU)",
+    description="the book preset's runs with 4x the steps and 4x the evaluation rows, three seeds "
+                "(a long CPU run or a GPU)",
     seeds=(0, 1, 2),
     tasks={k: replace(t, steps=4 * t.steps, eval_rows=4 * t.eval_rows) for k, t in _BOOK_TASKS.items()},
 )

@@ -39,6 +39,7 @@ __all__ = [
     "compare",
     "cosine_similarity",
     "provenance_line",
+    "committed_path",
     "git_commit",
 ]
 
@@ -86,9 +87,15 @@ def build_results(preset, seeds, run_output: dict, *, command: str | None = None
 
 
 def save_results(results: dict, path) -> Path:
+    """Write ``results`` as JSON: provenance and preset indented, one line per run record."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
+    head = {k: v for k, v in results.items() if k != "runs"}
+    text = json.dumps(head, indent=1)[:-2] + ',\n "runs": [\n  '
+    text += ",\n  ".join(json.dumps(r, separators=(",", ":")) for r in results["runs"]) + "\n ]\n}\n"
+    if json.loads(text) != json.loads(json.dumps(results)):  # pragma: no cover - a formatting bug
+        raise RuntimeError("save_results: the compact layout does not read back as the same object")
+    path.write_text(text)
     return path
 
 
@@ -209,6 +216,20 @@ def cosine_similarity(table) -> torch.Tensor:
         raise ValueError(f"table must be a 2-D (rows, dim) array, got shape {tuple(t.shape)}")
     unit = t / t.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (R, d)
     return unit @ unit.T  # (R, R)
+
+
+def committed_path(name: str = "lab-book.json", start=None) -> Path:
+    """``data/lab/<name>`` in the repository: searched from ``start`` (default: the current
+    folder) upwards, so a chapter finds it whether it runs from ``chapters/`` or the root."""
+    here = Path.cwd() if start is None else Path(start)
+    for folder in (here, *here.resolve().parents):
+        candidate = folder / "data" / "lab" / name
+        if candidate.is_file():
+            return candidate
+    raise ValueError(
+        f"name must be a results file under data/lab/ of the relpos repository, but no data/lab/{name} "
+        f"was found above {str(here)!r}; clone the repository (the committed results are not part of the package)"
+    )
 
 
 def provenance_line(results: dict, path=None) -> str:

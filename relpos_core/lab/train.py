@@ -82,6 +82,7 @@ def evaluate(model: LabModel, task: Task, length: int, rows: int, *, seed: int, 
     """
     rows = check_positive_int("rows", rows)
     length = task.check_length(length)
+    seed = check_int("seed", seed, min_value=0, max_value=2**63 - 1)
     g = torch.Generator().manual_seed(seed)
     was_training = model.training
     model.eval()
@@ -173,6 +174,14 @@ def run_preset(preset: Preset, seeds=None, *, progress: bool = True, threads_per
     """Train every run of ``preset`` for every seed. Returns ``{"runs": [...], "wall_s": ...}``
     (plus ``"models"`` keyed by (run_id, seed) when ``keep_models``)."""
     seeds = tuple(preset.seeds if seeds is None else seeds)
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed, got none")
+    for seed in seeds:
+        check_int("seed", seed, min_value=0, max_value=2**31 - 1)
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct, got {list(seeds)}")
+    if threads_per_run is not None:
+        check_positive_int("threads_per_run", threads_per_run)
     total = sum(preset.tasks[r.task].steps for r in preset.runs) * len(seeds)
     bar = _progress_bar(total, f"relpos lab ({preset.name})") if progress else None
     runs, models = [], {}
