@@ -235,6 +235,7 @@ def save_plots(results: dict, out_dir, stem: str) -> list[str]:
     except ImportError:
         return []
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     p = results["provenance"]
     note = f"preset {p['preset']}, seeds {p['seeds']}, torch {p['torch']}, {p['date']}"
@@ -265,18 +266,26 @@ def save_plots(results: dict, out_dir, stem: str) -> list[str]:
     for task, ids in detail_plots:
         if not ids:
             continue
-        fig, ax = plt.subplots(figsize=(7.5, 4.8))
-        for run_id in ids:
-            details, mean, _ = R.detail_accuracy(results, run_id)
-            ax.plot(details, mean, marker=".", label=run_id.split("/", 1)[1], linewidth=1)
-        ax.set_ylim(0, 1.05)
-        ax.set_xlabel("offset to the marker" if task == "marker" else "absolute position")
-        ax.set_ylabel("accuracy at the training length")
-        ax.set_title(f"{task} by detail: {note}", fontsize=8)
-        ax.legend(fontsize=6, ncol=3)
+        cols = 4
+        rows = -(-len(ids) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(12, 2.3 * rows + 0.8), sharex=True, sharey=True,
+                                 squeeze=False)
+        for ax, run_id in zip(axes.flat, ids):
+            details, mean, per_seed = R.detail_accuracy(results, run_id)
+            for seed in per_seed:
+                ax.plot(details, seed, color="0.75", linewidth=0.8)
+            ax.plot(details, mean, marker=".", color="C0", linewidth=1.2)
+            ax.set_title(run_id.split("/", 1)[1], fontsize=8)
+            ax.set_ylim(0, 1.05)
+            ax.grid(alpha=0.3)
+        for ax in axes.flat[len(ids):]:
+            ax.set_visible(False)
+        fig.supxlabel("offset r = marker - token" if task == "marker" else "absolute position", fontsize=9)
+        fig.supylabel("accuracy at the training length (grey: each seed)", fontsize=9)
+        fig.suptitle(f"{task} by detail: {note}", fontsize=8)
         fig.tight_layout()
         path = out_dir / f"{stem}-{task}-detail.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=100)
         plt.close(fig)
         paths.append(str(path))
     return paths
