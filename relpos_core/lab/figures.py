@@ -55,7 +55,7 @@ def length_figure(results: dict, task: str, variants=None, *, title: str | None 
             line=dict(dash=_RELATIVE_DASH.get(row["variant"], "solid")),
         )
     fig = _rp_figures().line(xs, series, x_label=f"evaluation length L (trained at L = {train_length})",
-                             y_label="accuracy", title=title, log_x=True, styles=styles, height=460)
+                             y_label="accuracy", title=title, log_x=True, styles=styles, height=500)
     fig.update_yaxes(range=[0, 1.05])
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
                       margin=dict(b=150))
