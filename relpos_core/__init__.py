@@ -9,7 +9,7 @@ sit), ``rp.kernels`` (how: forms and backends), ``rp.attend`` (the one entry poi
 ``rp.decoding`` (a small decoder per scheme, its KV cache, eviction, bytes and speed),
 ``rp.failures`` (the checks that catch each failure mode of chapter 9).
 """
-from . import failures, figures, kernels, measure, offsets, positions, registry, schemes, terms
+from . import failures, figures, kernels, lab, measure, offsets, positions, registry, schemes, terms
 from .attend import attend
 from . import decoding  # noqa: E402  (uses attend and the schemes)
 from .attention import attention, attention_weights
@@ -17,4 +17,4 @@ from .offsets import relative_offsets
 
 __version__ = "0.1.0"
 __all__ = ["attend", "attention", "attention_weights", "relative_offsets", "offsets", "positions", "terms",
-           "schemes", "kernels", "registry", "measure", "decoding", "failures", "figures"]
+           "schemes", "kernels", "registry", "measure", "decoding", "failures", "lab", "figures"]
