@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -16,6 +17,14 @@ from relpos_core.lab.tasks import IGNORE, CopyTask, MarkerTask, PositionTask, Re
 from relpos_core.lab.train import derive_seed, train_run
 
 lab = rp.lab
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, as the lab runs its models: with two, small element-wise ops (cos,
+    sin) can be much slower on a shared 2-core machine."""
+    with lab.train.threads(1):
+        yield
 
 
 def gen(seed=0):
@@ -215,6 +224,26 @@ def test_a_seeded_run_is_deterministic():
     assert derive_seed(0, "train", "copy") == derive_seed(0, "train", "copy") != derive_seed(1, "train", "copy")
 
 
+def test_run_preset_checks_its_arguments():
+    tiny = get_preset("tiny")
+    with pytest.raises(ValueError, match="seeds must be distinct"):
+        lab.run_preset(tiny, [0, 0], progress=False)
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+        lab.run_preset(tiny, [0], progress=False, workers=0)
+    with pytest.raises(ValueError, match="keep_models needs workers == 1"):
+        lab.run_preset(tiny, [0], progress=False, workers=2, keep_models=True)
+
+
+def test_two_processes_give_the_same_records_in_the_same_order():
+    tiny = get_preset("tiny")
+    small = replace(tiny, runs=(tiny.run("copy/rope"), tiny.run("position/deberta_emd"), tiny.run("marker/t5")))
+    spawned = lab.run_preset(small, [3], progress=False, workers=2)
+    assert spawned["workers"] == 2 and [r["run_id"] for r in spawned["runs"]] == [s.run_id for s in small.runs]
+    for record, spec in zip(spawned["runs"], small.runs):
+        here, _ = train_run(small, spec, seed=3)
+        assert json.dumps(_strip_times(record)) == json.dumps(_strip_times(here))
+
+
 def test_untrained_rows_of_the_learned_table_stay_at_their_initial_values():
     preset = get_preset("tiny")
     spec = preset.run("retrieval/learned")
@@ -230,7 +259,7 @@ def test_untrained_rows_of_the_learned_table_stay_at_their_initial_values():
 @pytest.fixture(scope="module")
 def tiny_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("lab")
-    lab_main(["--preset", "tiny", "--seeds", "0", "1", "--out", str(out), "--no-progress"])
+    lab_main(["--preset", "tiny", "--seeds", "0", "1", "--out", str(out), "--no-progress", "--workers", "1"])
     return out, lab.results.load_results(out / "lab-tiny.json")
 
 
@@ -250,6 +279,7 @@ def test_cli_pipeline_end_to_end_on_the_tiny_preset(tiny_results):
         assert sum(t for _, t in r["eval"]["1"]["by_detail"].values()) == r["eval"]["1"]["labels"]
     for name in ("retrieval", "copy", "marker", "marker-detail", "position-detail"):
         assert (out / f"lab-tiny-{name}.png").stat().st_size > 1000
+    assert res["provenance"]["workers"] == 1
     table = lab.results.length_table(res, "marker")
     assert [row["variant"] for row in table][:2] == ["none", "sinusoidal"]
     assert table[0][1]["n"] == 2
@@ -288,6 +318,7 @@ def test_load_results_rejects_other_files(tmp_path):
     (["--seeds", "1", "1"], "argument --seeds: seeds must be distinct"),
     (["--seeds"] + [str(i) for i in range(17)], "argument --seeds: at most 16 seeds"),
     (["--threads", "0"], "argument --threads: must be an integer in"),
+    (["--workers", "0"], "argument --workers: must be an integer in"),
 ])
 def test_cli_rejects_bad_arguments_before_training(argv, message, capsys, monkeypatch):
     monkeypatch.setattr(lab.train, "run_preset", lambda *a, **k: pytest.fail("training started"))

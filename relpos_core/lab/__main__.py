@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="output folder for lab-<preset>.json and the plots (default: lab_out)")
     ap.add_argument("--threads", type=_threads, default=1,
                     help="torch threads per run (default 1: fastest for these tiny models on 2 cores)")
+    ap.add_argument("--workers", type=_threads, default=min(2, os.cpu_count() or 1),
+                    help="runs trained at a time, each in its own process (default: 2, or 1 on a one-core "
+                         "machine); results do not depend on it")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--no-plots", action="store_true", help="write the JSON only")
     return ap
@@ -92,7 +95,8 @@ def main(argv=None) -> dict:
 
     command = "python -m relpos_core.lab " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     commit = results.git_commit()  # the code that runs is the code at the start
-    output = run_preset(preset, seeds, progress=not args.no_progress, threads_per_run=args.threads)
+    output = run_preset(preset, seeds, progress=not args.no_progress, threads_per_run=args.threads,
+                        workers=args.workers)
     res = results.build_results(preset, seeds, output, command=command, commit=commit)
     stem = f"lab-{preset.name}"
     path = results.save_results(res, out_dir / f"{stem}.json")
@@ -102,7 +106,7 @@ def main(argv=None) -> dict:
         print(f"\n{task} (trained at L = {setup['train_length']}): accuracy, mean (min-max over seeds)")
         print(results.length_table_markdown(res, task, variants))
     print(f"\n{len(res['runs'])} runs in {output['wall_s']:.0f} s wall, {output['cpu_s']:.0f} s CPU "
-          f"({args.threads} thread(s) per run)")
+          f"({args.workers} process(es) of {args.threads} thread(s))")
     print(f"wrote {path}" + "".join(f"\nwrote {p}" for p in plots))
     return res
 

@@ -78,6 +78,7 @@ def build_results(preset, seeds, run_output: dict, *, command: str | None = None
         "preset": preset.name,
         "seeds": list(seeds),
         "threads": run_output.get("threads"),
+        "workers": run_output.get("workers", 1),
         "cpu_count": os.cpu_count(),
         "wall_s": run_output["wall_s"],
         "cpu_s": run_output.get("cpu_s"),
@@ -237,6 +238,7 @@ def provenance_line(results: dict, path=None) -> str:
     p = results["provenance"]
     where = f"`{Path(path).as_posix()}`: " if path is not None else ""
     seeds = ", ".join(str(s) for s in p["seeds"])
+    workers = p.get("workers", 1)
     return (f"{where}preset `{p['preset']}`, seeds {seeds}, {p['device']} ({p['device_name']}, "
-            f"{p.get('threads')} thread(s)), torch {p['torch']}, commit `{p['git_commit'][:12]}`, "
-            f"{p['date']}, {p['wall_s']:.0f} s wall time")
+            f"{workers} process(es) of {p.get('threads')} thread(s)), torch {p['torch']}, "
+            f"commit `{p['git_commit'][:12]}`, {p['date']}, {p['wall_s']:.0f} s wall time")

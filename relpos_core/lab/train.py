@@ -108,9 +108,14 @@ def evaluate(model: LabModel, task: Task, length: int, rows: int, *, seed: int, 
             "by_detail": {k: by_detail[k] for k in sorted(by_detail)}}
 
 
-def train_run(preset: Preset, spec: RunSpec, seed: int, *, progress=None) -> dict:
-    """Train ``spec`` under ``preset`` with ``seed``; return its result record."""
+def train_run(preset: Preset, spec: RunSpec, seed: int, *, progress=None) -> tuple[dict, LabModel]:
+    """Train ``spec`` under ``preset`` with ``seed``; return (its result record, the trained model).
+
+    ``progress(n_steps, loss)``, if given, is called after every step.
+    """
     seed = check_int("seed", seed, min_value=0, max_value=2**31 - 1)
+    if spec.task not in preset.tasks:
+        raise ValueError(f"spec.task must be one of the preset's tasks {sorted(preset.tasks)}, got {spec.task!r}")
     setup = preset.tasks[spec.task]
     task = make_task(setup.task, **setup.options)
     config = _model_config(preset, setup, task, spec)
@@ -170,9 +175,16 @@ def _tables(model: LabModel) -> dict:
 
 
 def run_preset(preset: Preset, seeds=None, *, progress: bool = True, threads_per_run: int | None = 1,
-               keep_models: bool = False) -> dict:
-    """Train every run of ``preset`` for every seed. Returns ``{"runs": [...], "wall_s": ...}``
-    (plus ``"models"`` keyed by (run_id, seed) when ``keep_models``)."""
+               workers: int = 1, keep_models: bool = False) -> dict:
+    """Train every run of ``preset`` for every seed.
+
+    ``workers > 1`` trains that many runs at a time in separate processes (spawned, each
+    with ``threads_per_run`` torch threads). Every run is seeded on its own, so the
+    records are the same whichever process trains them, and they come back in the
+    preset's order. Returns ``{"runs": [...], "wall_s", "cpu_s", "threads", "workers"}``,
+    ``cpu_s`` being the CPU time of all runs summed (plus ``"models"`` keyed by
+    (run_id, seed) when ``keep_models``, which needs ``workers == 1``).
+    """
     seeds = tuple(preset.seeds if seeds is None else seeds)
     if not seeds:
         raise ValueError("seeds must hold at least one seed, got none")
@@ -182,13 +194,18 @@ def run_preset(preset: Preset, seeds=None, *, progress: bool = True, threads_per
         raise ValueError(f"seeds must be distinct, got {list(seeds)}")
     if threads_per_run is not None:
         check_positive_int("threads_per_run", threads_per_run)
-    total = sum(preset.tasks[r.task].steps for r in preset.runs) * len(seeds)
+    workers = check_positive_int("workers", workers)
+    if keep_models and workers > 1:
+        raise ValueError("keep_models needs workers == 1 (models stay in the process that trained them)")
+    jobs = [(spec, seed) for seed in seeds for spec in preset.runs]
+    total = sum(preset.tasks[spec.task].steps for spec, _ in jobs)
     bar = _progress_bar(total, f"relpos lab ({preset.name})") if progress else None
-    runs, models = [], {}
-    start, cpu_start = time.perf_counter(), time.process_time()
-    with threads(threads_per_run):
-        for seed in seeds:
-            for spec in preset.runs:
+    start = time.perf_counter()
+    models = {}
+    if workers == 1:
+        runs = []
+        with threads(threads_per_run):
+            for spec, seed in jobs:
                 if bar is not None:
                     bar.set_description(f"{spec.run_id} seed {seed}")
                     tick = lambda n, loss: (bar.update(n), bar.set_postfix(loss=f"{loss:.3f}", refresh=False))
@@ -198,13 +215,42 @@ def run_preset(preset: Preset, seeds=None, *, progress: bool = True, threads_per
                 runs.append(record)
                 if keep_models:
                     models[(spec.run_id, seed)] = model
+    else:
+        runs = _run_in_processes(preset, jobs, workers, threads_per_run, bar)
     if bar is not None:
         bar.close()
     out = {"runs": runs, "wall_s": round(time.perf_counter() - start, 2),
-           "cpu_s": round(time.process_time() - cpu_start, 2), "threads": threads_per_run}
+           "cpu_s": round(sum(r["cpu_s"] for r in runs), 2), "threads": threads_per_run, "workers": workers}
     if keep_models:
         out["models"] = models
     return out
+
+
+def _worker_init(threads_per_run):
+    if threads_per_run is not None:
+        torch.set_num_threads(threads_per_run)
+
+
+def _train_job(preset: Preset, spec: RunSpec, seed: int) -> dict:
+    record, _ = train_run(preset, spec, seed)
+    return record
+
+
+def _run_in_processes(preset, jobs, workers, threads_per_run, bar) -> list[dict]:
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # fork is unsafe once torch has started threads
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                                initializer=_worker_init, initargs=(threads_per_run,)) as pool:
+        futures = [pool.submit(_train_job, preset, spec, seed) for spec, seed in jobs]
+        steps = {f: preset.tasks[spec.task].steps for f, (spec, _) in zip(futures, jobs)}
+        names = {f: f"{spec.run_id} seed {seed}" for f, (spec, seed) in zip(futures, jobs)}
+        for future in concurrent.futures.as_completed(futures):
+            if bar is not None:
+                bar.set_description(f"done {names[future]}")
+                bar.update(steps[future])
+        return [f.result() for f in futures]
 
 
 def _progress_bar(total: int, desc: str):
