@@ -1,9 +1,12 @@
 """Figures for the book: labelled heatmaps and sliders that work live and in static HTML.
 
 plotly and ipywidgets are imported on first use, not when relpos_core is imported.
+``rp.figures.bench`` draws the benchmark's results (chapter 8 and the benchmark's own page).
 """
+from . import bench
+from .bars import bars
 from .heatmap import heatmap
 from .lines import line
 from .slider import SliderFigure, slider
 
-__all__ = ["heatmap", "line", "slider", "SliderFigure"]
+__all__ = ["heatmap", "line", "slider", "SliderFigure", "bars", "bench"]
