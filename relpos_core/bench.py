@@ -37,14 +37,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import gc
 import json
 import math
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -64,15 +67,15 @@ MAX_LENGTH = 32768  # twice the GPU preset's largest L
 
 PRESETS = {
     "quick": dict(B=1, H=2, d=8, lengths=[16, 32], dtype="float32", budget=64 * 2**20, compiled=False,
-                  k=dict(shaw=4, shaw_key=4, t5=16, deberta=4), threads=1, clock="cpu",
+                  k=dict(shaw=4, shaw_key=4, t5=16, deberta=4), threads=1, clock="cpu", pin_allocator=True,
                   repeats=3, min_burst_ms=0.3, retries=1, spread_threshold=0.5, monotonic_retries=0,
                   # FlexAttention's eager reference still traces each score_mod with dynamo (~1-3 s):
                   # one flex row (no bias), at the largest length only
                   flex_only=[["none", "none", False]], flex_lengths=[32],
                   block_skip_cases=[], train_schemes=["t5"], modules=False),
     "cpu": dict(B=1, H=4, d=32, lengths=[128, 256, 512, 1024], dtype="float32", budget=2**30, compiled=True,
-                k=dict(shaw=16, shaw_key=16, t5=128, deberta=64), threads=1, clock="cpu",
-                repeats=5, min_burst_ms=30.0, retries=2, spread_threshold=0.10, monotonic_retries=2,
+                k=dict(shaw=16, shaw_key=16, t5=128, deberta=64), threads=1, clock="cpu", pin_allocator=True,
+                repeats=5, min_burst_ms=30.0, retries=2, spread_threshold=0.20, monotonic_retries=2,
                 block_skip_cases=[("none", "none"), ("alibi", "gather")], train_schemes=["t5"], modules=True),
     "gpu": dict(B=1, H=16, d=64, lengths=[1024, 2048, 4096, 8192, 16384], dtype="bfloat16", budget=40 * 2**30,
                 compiled=True, k=dict(shaw=64, shaw_key=64, t5=128, deberta=256), threads=None, clock="cuda",
@@ -94,8 +97,14 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+def _faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _burst(fn, iters: int, device) -> tuple[float, float]:
-    """(process CPU ms, wall ms) per call over ``iters`` calls (wall from CUDA events on a GPU)."""
+    """(process CPU ms, wall ms) per call over ``iters`` calls (wall from CUDA events on a GPU).
+
+    Also counts the process's minor page faults per call into ``_burst.faults``."""
     _sync(device)
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -107,10 +116,12 @@ def _burst(fn, iters: int, device) -> tuple[float, float]:
         torch.cuda.synchronize(device)
         cpu = (time.process_time_ns() - c0) / 1e6 / iters
         return cpu, start.elapsed_time(end) / iters
-    c0, w0 = time.process_time_ns(), time.perf_counter_ns()
+    f0, c0, w0 = _faults(), time.process_time_ns(), time.perf_counter_ns()
     for _ in range(iters):
         fn()
-    return (time.process_time_ns() - c0) / 1e6 / iters, (time.perf_counter_ns() - w0) / 1e6 / iters
+    cpu, wall = (time.process_time_ns() - c0) / 1e6 / iters, (time.perf_counter_ns() - w0) / 1e6 / iters
+    _burst.faults = (_faults() - f0) / iters
+    return cpu, wall
 
 
 def batched_cpu_profile(fns: list) -> list[tuple[int, str]]:
@@ -119,44 +130,87 @@ def batched_cpu_profile(fns: list) -> list[tuple[int, str]]:
     ``rp.measure.measure_peak_memory`` and ``rp.measure.detect_sdpa_backend`` each start
     the profiler, which costs 0.05 to 0.3 s of CPU per session; so the benchmark runs
     every call of one length inside a single session, each inside its own
-    ``record_function`` window, and applies their rules to the events of each window:
-    the peak is the running sum of allocated minus freed bytes from 0 at its maximum, and
-    the backend is the SDPA operator that ran (``rp.measure.backends.BACKEND_OPS``; "none"
-    when none ran). ``tests/test_bench.py`` checks both against the library's functions.
+    ``record_function`` window, with Python's garbage collector paused. For each window
+    the peak is the running sum of the bytes the call allocated minus those of its own
+    allocations it freed, at its maximum (as measure_peak_memory counts, except that a
+    free of memory allocated *before* the call, garbage of an earlier row released during
+    this one, cannot lower the call's peak); the backend is the SDPA operator that ran
+    (``rp.measure.backends.BACKEND_OPS``; "none" when none ran). ``tests/test_bench.py``
+    checks both against the library's functions.
     """
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    with without_profiler_chatter(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        for i, fn in enumerate(fns):
-            with record_function(f"relpos_bench_call_{i}"):
-                out = fn()
-                del out
-    windows, memory, ops = {}, [], []
-    for e in prof.profiler.kineto_results.events():
-        name = e.name()
-        if name == "[memory]":
-            memory.append((e.start_ns(), e.nbytes()))
-        elif name.startswith("relpos_bench_call_"):
-            windows[int(name.rsplit("_", 1)[1])] = (e.start_ns(), e.start_ns() + e.duration_ns())
-        elif "scaled_dot_product" in name or "attention_forward" in name:
-            ops.append((e.start_ns(), name))
-    memory.sort()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with without_profiler_chatter(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            for i, fn in enumerate(fns):
+                with record_function(f"relpos_bench_call_{i}"):
+                    out = fn()
+                    del out
+    finally:
+        if enabled:
+            gc.enable()
+    windows = {}
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.name.startswith("relpos_bench_call_"):
+            windows[int(node.name.rsplit("_", 1)[1])] = node
+        else:
+            stack.extend(node.children)
     out = []
     for i in range(len(fns)):
-        lo, hi = windows[i]
-        live = peak = 0
-        for t, nbytes in memory:
-            if lo <= t <= hi:
-                live += nbytes
+        allocations, ops = [], []
+        todo = [windows[i]]
+        while todo:
+            node = todo.pop()
+            if node.name == "[memory]":
+                allocations.append((node.start_time_ns, node.extra_fields.ptr, node.extra_fields.alloc_size))
+            else:
+                ops.append(node.name)
+            todo.extend(node.children)
+        allocations.sort()
+        own, live, peak = {}, 0, 0
+        for _, ptr, size in allocations:
+            if size > 0:
+                own[ptr] = size
+                live += size
                 peak = max(peak, live)
+            elif ptr in own:
+                live -= own.pop(ptr)
         found = []
-        for t, name in ops:
-            if lo <= t <= hi:
-                backend = next((b for op, b in BACKEND_OPS if op in name), None)
-                if backend is not None and backend not in found:
-                    found.append(backend)
+        for name in ops:
+            backend = next((b for op, b in BACKEND_OPS if op in name), None)
+            if backend is not None and backend not in found:
+                found.append(backend)
         out.append((int(peak), "+".join(found) if found else "none"))
     return out
+
+
+def _pin_allocator() -> dict | None:
+    """Fix glibc malloc's thresholds for the run (CPU); returns what was set, or None elsewhere.
+
+    By default glibc serves allocations above a *dynamic* threshold with fresh mmap'd
+    pages, which page-fault on every call (about 3.5 us per 4 KiB page on the machine of
+    the committed run), and moves the threshold with what the process freed before, so
+    one row's time depended on the rows before it. Fixed, as a long-running process
+    reaches: allocations up to 32 MiB (glibc's maximum threshold) reuse freed heap memory;
+    larger ones are still mapped per call, and each row records its page faults per call.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if platform.system() != "Linux" or not name:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        settings = {"M_MMAP_THRESHOLD": (-3, 32 * 2**20), "M_TRIM_THRESHOLD": (-1, 2**30), "M_TOP_PAD": (-2, 64 * 2**20)}
+        done = {key: value for key, (code, value) in settings.items() if libc.mallopt(code, value) == 1}
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return done or None
 
 
 # ----------------------------------------------------------------------------- one length
@@ -222,9 +276,12 @@ def _sample(rows_fns, p, device, rounds: int):
     """``rounds`` interleaved bursts of every row: appends to row['_cpu'] / row['_wall']."""
     for _ in range(rounds):
         for row, fn in rows_fns:
+            _burst.faults = None
             cpu, wall = _burst(fn, row["iters"], device)
             row["_cpu"].append(cpu)
             row["_wall"].append(wall)
+            if _burst.faults is not None:
+                row.setdefault("_faults", []).append(_burst.faults)
 
 
 def _summarize_row(row, clock):
@@ -233,6 +290,8 @@ def _summarize_row(row, clock):
     row["ms"] = row["time_ms"]["median"]
     if clock == "cpu":
         row["wall_ms"] = bench_stats.summarize(row["_wall"])
+    if row.get("_faults"):
+        row["page_faults_per_call"] = bench_stats.summarize(row["_faults"])["median"]
 
 
 def _measure_length(cases: list[Case], p: dict, L: int, device, dtype, progress) -> list[dict]:
@@ -243,6 +302,8 @@ def _measure_length(cases: list[Case], p: dict, L: int, device, dtype, progress)
                    block_skipping=case.block_skipping, L=L, B=p["B"], H=p["H"], d=p["d"],
                    k=distance_parameter(case.scheme, p, L), dtype=p["dtype"], label=case.label, note=case.note,
                    compiled=p["compiled"] if case.backend == "flex" else None)
+        if case.backend == "flex" and not p["compiled"]:
+            row["note"] = (row["note"] + "; " if row["note"] else "") + "FlexAttention's eager reference (not compiled)"
         try:
             row["analytic_bytes"] = case_analytic_bytes(case, p, L, dtype, device, p["compiled"])
         except ValueError as e:
@@ -278,16 +339,16 @@ def _measure_length(cases: list[Case], p: dict, L: int, device, dtype, progress)
         noisy = [(r, f) for r, f in live if r["time_ms"]["spread"] > p["spread_threshold"]]
         if not noisy:
             break
-        kept = {id(r): (r["_cpu"], r["_wall"], r["time_ms"]) for r, _ in noisy}
+        kept = {id(r): (r["_cpu"], r["_wall"], r.get("_faults"), r["time_ms"]) for r, _ in noisy}
         for r, _ in noisy:
-            r["_cpu"], r["_wall"] = [], []
+            r["_cpu"], r["_wall"], r["_faults"] = [], [], []
             r["attempts"] += 1
         _sample(noisy, p, device, p["repeats"])
         for r, _ in noisy:
             _summarize_row(r, p["clock"])
-            old_cpu, old_wall, old_stats = kept[id(r)]
+            old_cpu, old_wall, old_faults, old_stats = kept[id(r)]
             if old_stats["spread"] < r["time_ms"]["spread"]:  # keep the quieter attempt
-                r["_cpu"], r["_wall"] = old_cpu, old_wall
+                r["_cpu"], r["_wall"], r["_faults"] = old_cpu, old_wall, old_faults
                 _summarize_row(r, p["clock"])
     for row, fn in live:
         row["noisy"] = row["time_ms"]["spread"] > p["spread_threshold"]
@@ -316,7 +377,7 @@ def _recheck_monotonic(rows, p, device, dtype, log):
             for r, fn in fns:
                 out = fn()  # warm-up (a FlexAttention kernel recompiles after the per-length reset)
                 del out
-                r["_cpu"], r["_wall"] = [], []
+                r["_cpu"], r["_wall"], r["_faults"] = [], [], []
                 r["attempts"] += 1
             _sample(fns, p, device, p["repeats"])  # alternating: a, b, a, b, ...
             for r, _ in fns:
@@ -327,7 +388,7 @@ def _recheck_monotonic(rows, p, device, dtype, log):
                     r["noise_reasons"].append(f"spread {r['time_ms']['spread']:.2f} over the threshold "
                                               f"{p['spread_threshold']} after {r['attempts']} attempts")
     for a, b in bench_stats.monotonic_violations(rows):
-        for r, other in ((a, b), (b, a)):
+        for r in (a, b):
             r["noisy"] = True
             r["noise_reasons"].append(
                 f"not monotonic: {a['ms']:.4g} ms at L={a['L']} > {b['ms']:.4g} ms at L={b['L']} "
@@ -458,6 +519,9 @@ def run_benchmark(preset: str = "cpu", *, device=None, budget=_PRESET, progress:
     threads_before = torch.get_num_threads()
     if p.get("threads") and device.type == "cpu":
         torch.set_num_threads(int(p["threads"]))
+    threads_used = torch.get_num_threads() if device.type == "cpu" else None
+    allocator = _pin_allocator() if (device.type == "cpu" and p.get("pin_allocator")) else None
+    commit = _git_commit()  # of the code that runs, before anything can change the tree
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     cases = build_cases(p)
@@ -482,7 +546,9 @@ def run_benchmark(preset: str = "cpu", *, device=None, budget=_PRESET, progress:
     step, close = _progress_fn(total, f"relpos bench ({preset}, {device.type})", progress)
     rows = []
     try:
-        with guard.memory_budget(p["budget"]), torch.no_grad():
+        with guard.memory_budget(p["budget"]), torch.no_grad(), warnings.catch_warnings():
+            if not p["compiled"]:  # the eager reference is what this preset asks for
+                warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
             for L in p["lengths"]:
                 rows += _measure_length(by_length[L], p, L, device, dtype, step)
                 if p["compiled"]:  # short guard chains: each length compiles its own kernels
@@ -496,12 +562,13 @@ def run_benchmark(preset: str = "cpu", *, device=None, budget=_PRESET, progress:
         close()
         torch.set_num_threads(threads_before)
     for r in rows:
+        r.pop("_faults", None)
         for key in ("_fn", "_cpu", "_wall"):
             samples = r.pop(key, None)
             if key == "_cpu" and samples is not None and p["clock"] == "cpu":
-                r["samples_ms"] = [round(s, 6) for s in samples]
+                r["samples_ms"] = list(samples)
             if key == "_wall" and samples is not None and p["clock"] != "cpu":
-                r["samples_ms"] = [round(s, 6) for s in samples]
+                r["samples_ms"] = list(samples)
         info = r.pop("info", {}) or {}
         if "ran_instead" in info:
             r["ran_instead"] = info["ran_instead"]
@@ -510,6 +577,10 @@ def run_benchmark(preset: str = "cpu", *, device=None, budget=_PRESET, progress:
     summary = _summary(rows, fits, p, time.perf_counter() - start_wall, time.process_time() - start_cpu)
     provenance = _provenance(p, device)
     provenance["load_average_at_start"] = load_start
+    provenance["git_commit"] = commit
+    provenance["threads"] = threads_used
+    why = " ".join(_pin_allocator.__doc__.split("\n\n")[1].split())
+    provenance["allocator"] = {"glibc mallopt": allocator, "why": why} if allocator else "the platform's default"
     return dict(schema=SCHEMA, provenance=provenance, rows=rows, fits=fits, summary=summary)
 
 
