@@ -42,6 +42,7 @@ import json
 import math
 import os
 import platform
+import random
 import resource
 import subprocess
 import sys
@@ -75,7 +76,7 @@ PRESETS = {
                   block_skip_cases=[], train_schemes=["t5"], modules=False),
     "cpu": dict(B=1, H=4, d=32, lengths=[128, 256, 512, 1024], dtype="float32", budget=2**30, compiled=True,
                 k=dict(shaw=16, shaw_key=16, t5=128, deberta=64), threads=1, clock="cpu", pin_allocator=True,
-                repeats=5, min_burst_ms=30.0, retries=2, spread_threshold=0.20, monotonic_retries=2,
+                repeats=5, min_burst_ms=25.0, retries=2, spread_threshold=0.20, monotonic_retries=2,
                 block_skip_cases=[("none", "none"), ("alibi", "gather")], train_schemes=["t5"], modules=True),
     "gpu": dict(B=1, H=16, d=64, lengths=[1024, 2048, 4096, 8192, 16384], dtype="bfloat16", budget=40 * 2**30,
                 compiled=True, k=dict(shaw=64, shaw_key=64, t5=128, deberta=256), threads=None, clock="cuda",
@@ -188,6 +189,19 @@ def batched_cpu_profile(fns: list) -> list[tuple[int, str]]:
     return out
 
 
+def _raise_recompile_limit(n: int) -> None:
+    """Every FlexAttention kernel of the run stays compiled (the rows of all lengths are
+    timed together), so dynamo must keep that many entries: past its limit it would fall
+    back, silently, to FlexAttention's slow eager reference."""
+    from torch import _dynamo
+    from relpos_core.kernels.flex import compiled_flex_attention
+
+    compiled_flex_attention()  # sets the kernel layer's own limit first
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(_dynamo.config, name):
+            setattr(_dynamo.config, name, max(getattr(_dynamo.config, name), n))
+
+
 def _pin_allocator() -> dict | None:
     """Fix glibc malloc's thresholds for the run (CPU); returns what was set, or None elsewhere.
 
@@ -272,10 +286,17 @@ def _check_module_outputs(rows_fns, device, dtype):
                                               f"(tolerance {tol:g})")
 
 
-def _sample(rows_fns, p, device, rounds: int):
-    """``rounds`` interleaved bursts of every row: appends to row['_cpu'] / row['_wall']."""
-    for _ in range(rounds):
-        for row, fn in rows_fns:
+def _sample(rows_fns, p, device, rounds: int, seed: int = 0):
+    """``rounds`` rounds; each times one burst of every row, in a shuffled order (seeded).
+
+    Appends to row['_cpu'] / row['_wall'] / row['_faults']. Rows of every length are
+    interleaved, so a change of load during the run falls on short and long sequences
+    alike instead of bending the growth exponents.
+    """
+    order = list(rows_fns)
+    for r in range(rounds):
+        random.Random(seed * 1000 + r).shuffle(order)
+        for row, fn in order:
             _burst.faults = None
             cpu, wall = _burst(fn, row["iters"], device)
             row["_cpu"].append(cpu)
@@ -294,7 +315,11 @@ def _summarize_row(row, clock):
         row["page_faults_per_call"] = bench_stats.summarize(row["_faults"])["median"]
 
 
-def _measure_length(cases: list[Case], p: dict, L: int, device, dtype, progress) -> list[dict]:
+def _prepare_length(cases: list[Case], p: dict, L: int, device, dtype, progress):
+    """Rows of one length: built, run once (compile, warm-up), compared with Hugging Face
+    (module rows), memory and SDPA backend measured, calls per burst chosen.
+
+    Returns (rows, [(row, fn) of the rows to time])."""
     x = make_inputs(p, L, device, dtype, seed=p.get("seed", 0))
     rows, live = [], []
     for case in cases:
@@ -330,9 +355,16 @@ def _measure_length(cases: list[Case], p: dict, L: int, device, dtype, progress)
         # iterations per burst: enough calls for min_burst_ms of the clock
         est_ms = max(_burst(fn, 1, device)[1 if p["clock"] in ("wall", "cuda") else 0], 1e-3)
         row["iters"] = max(1, min(1000, math.ceil(p["min_burst_ms"] / est_ms)))
-        row["_cpu"], row["_wall"] = [], []
+        row["_cpu"], row["_wall"], row["_faults"] = [], [], []
         row["attempts"] = 1
-    _sample(live, p, device, p["repeats"])
+        row["_fn"] = fn
+    return rows, live
+
+
+def _time_rows(live, p, device):
+    """Interleaved bursts of every row; rows over the spread threshold measured again (the
+    quieter attempt kept), then flagged ``noisy`` if still over."""
+    _sample(live, p, device, p["repeats"], seed=0)
     for row, _ in live:
         _summarize_row(row, p["clock"])
     for attempt in range(p["retries"]):
@@ -343,7 +375,7 @@ def _measure_length(cases: list[Case], p: dict, L: int, device, dtype, progress)
         for r, _ in noisy:
             r["_cpu"], r["_wall"], r["_faults"] = [], [], []
             r["attempts"] += 1
-        _sample(noisy, p, device, p["repeats"])
+        _sample(noisy, p, device, p["repeats"], seed=attempt + 1)
         for r, _ in noisy:
             _summarize_row(r, p["clock"])
             old_cpu, old_wall, old_faults, old_stats = kept[id(r)]
@@ -354,13 +386,18 @@ def _measure_length(cases: list[Case], p: dict, L: int, device, dtype, progress)
         row["noisy"] = row["time_ms"]["spread"] > p["spread_threshold"]
         row["noise_reasons"] = ([f"spread {row['time_ms']['spread']:.2f} over the threshold "
                                  f"{p['spread_threshold']} after {row['attempts']} attempts"] if row["noisy"] else [])
-        row["_fn"] = fn
+
+
+def _measure_length(cases: list[Case], p: dict, L: int, device, dtype, progress) -> list[dict]:
+    """One length prepared and timed on its own (tests; the run interleaves every length)."""
+    rows, live = _prepare_length(cases, p, L, device, dtype, progress)
+    _time_rows(live, p, device)
     return rows
 
 
 def _recheck_monotonic(rows, p, device, dtype, log):
     """Re-measure pairs (L, next L) of a curve where the smaller L took longer; flag those that still do."""
-    for _ in range(p.get("monotonic_retries", 0)):
+    for attempt in range(p.get("monotonic_retries", 0)):
         pairs = bench_stats.monotonic_violations(rows)
         if not pairs:
             return
@@ -375,11 +412,9 @@ def _recheck_monotonic(rows, p, device, dtype, log):
                 continue
             log(f"re-measuring {a['label']} at L={a['L']} and L={b['L']} (the smaller L took longer)")
             for r, fn in fns:
-                out = fn()  # warm-up (a FlexAttention kernel recompiles after the per-length reset)
-                del out
                 r["_cpu"], r["_wall"], r["_faults"] = [], [], []
                 r["attempts"] += 1
-            _sample(fns, p, device, p["repeats"])  # alternating: a, b, a, b, ...
+            _sample(fns, p, device, p["repeats"], seed=100 + attempt)  # the pair alternates
             for r, _ in fns:
                 _summarize_row(r, p["clock"])
                 r["noisy"] = r["time_ms"]["spread"] > p["spread_threshold"]
@@ -520,6 +555,8 @@ def run_benchmark(preset: str = "cpu", *, device=None, budget=_PRESET, progress:
     if p.get("threads") and device.type == "cpu":
         torch.set_num_threads(int(p["threads"]))
     threads_used = torch.get_num_threads() if device.type == "cpu" else None
+    if p["compiled"]:
+        _raise_recompile_limit(4 * len(p["lengths"]) * 32)
     allocator = _pin_allocator() if (device.type == "cpu" and p.get("pin_allocator")) else None
     commit = _git_commit()  # of the code that runs, before anything can change the tree
     start_wall, start_cpu = time.perf_counter(), time.process_time()
@@ -549,14 +586,14 @@ def run_benchmark(preset: str = "cpu", *, device=None, budget=_PRESET, progress:
         with guard.memory_budget(p["budget"]), torch.no_grad(), warnings.catch_warnings():
             if not p["compiled"]:  # the eager reference is what this preset asks for
                 warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            live = []
             for L in p["lengths"]:
-                rows += _measure_length(by_length[L], p, L, device, dtype, step)
-                if p["compiled"]:  # short guard chains: each length compiles its own kernels
-                    from torch import _dynamo
-
-                    _dynamo.reset()
+                rows_L, live_L = _prepare_length(by_length[L], p, L, device, dtype, step)
+                rows += rows_L
+                live += live_L
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
+            _time_rows(live, p, device)
             _recheck_monotonic(rows, p, device, dtype, log if progress else (lambda *_: None))
     finally:
         close()

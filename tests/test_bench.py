@@ -195,19 +195,21 @@ def test_monotonic_violations_pair_neighbouring_lengths():
 def test_noisy_rows_are_measured_again_then_flagged(monkeypatch):
     preset = bench.resolve_preset("quick", lengths=[16], repeats=3, retries=2, spread_threshold=0.2)
     cases = [bench_cases.Case("none", "none", "sdpa"), bench_cases.Case("none", "none", "eager")]
-    # bursts in the order they are taken: round-robin over the two rows, attempt by attempt
-    script = iter([1.0, 1.0,  # one call each to choose the calls per burst
-                   1.0, 1.0, 1.0, 5.0, 1.0, 9.0,  # attempt 1: "sdpa" steady, "eager" spread out
-                   1.0, 7.0, 1.0,  # attempt 2 (only "eager"): still spread out
-                   8.0, 1.0, 1.0])  # attempt 3: still spread out
-    monkeypatch.setattr(bench, "make_call", lambda *a, **k: ((lambda: None), {}))
+    # per-call times each row's bursts report, in order: one call to choose the burst size,
+    # then three bursts per attempt
+    scripts = {"sdpa": iter([1.0, 1.0, 1.0, 1.0]),  # steady: measured once
+               "eager": iter([1.0, 1.0, 5.0, 9.0,  # attempt 1: spread out
+                              1.0, 7.0, 1.0,  # attempt 2: still
+                              8.0, 1.0, 1.0])}  # attempt 3: still
+    monkeypatch.setattr(bench, "make_call", lambda case, *a, **k: ((lambda: case.backend), {}))
     monkeypatch.setattr(bench, "case_analytic_bytes", lambda *a, **k: 100)
     monkeypatch.setattr(bench, "batched_cpu_profile", lambda fns: [(100, "none")] * len(fns))
-    monkeypatch.setattr(bench, "_burst", lambda fn, iters, device: (next(script, 1.0),) * 2)
+    monkeypatch.setattr(bench, "_burst", lambda fn, iters, device: (next(scripts[fn()]),) * 2)
     rows = bench._measure_length(cases, preset, 16, torch.device("cpu"), torch.float32, lambda text: None)
     steady, spread = rows
     assert steady["attempts"] == 1 and not steady["noisy"] and steady["ms"] == 1.0
     assert spread["attempts"] == 3 and spread["noisy"] and "over the threshold" in spread["noise_reasons"][0]
+    assert spread["time_ms"] == bench_stats.summarize([1.0, 5.0, 9.0])  # the quietest attempt is kept
 
 
 def test_batched_profile_agrees_with_the_library(monkeypatch):
