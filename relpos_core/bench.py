@@ -76,7 +76,7 @@ PRESETS = {
                   block_skip_cases=[], train_schemes=["t5"], modules=False),
     "cpu": dict(B=1, H=4, d=32, lengths=[128, 256, 512, 1024], dtype="float32", budget=2**30, compiled=True,
                 k=dict(shaw=16, shaw_key=16, t5=128, deberta=64), threads=1, clock="cpu", pin_allocator=True,
-                repeats=5, min_burst_ms=25.0, retries=2, spread_threshold=0.20, monotonic_retries=2,
+                repeats=5, min_burst_ms=20.0, retries=2, spread_threshold=0.20, monotonic_retries=2,
                 block_skip_cases=[("none", "none"), ("alibi", "gather")], train_schemes=["t5"], modules=True),
     "gpu": dict(B=1, H=16, d=64, lengths=[1024, 2048, 4096, 8192, 16384], dtype="bfloat16", budget=40 * 2**30,
                 compiled=True, k=dict(shaw=64, shaw_key=64, t5=128, deberta=256), threads=None, clock="cuda",
@@ -634,12 +634,18 @@ def _summary(rows, fits, p, wall_s, cpu_s) -> dict:
     first = sum(r.get("first_call_s", 0.0) for r in rows)
     flex_first = sum(r.get("first_call_s", 0.0) for r in rows if r["backend"] == "flex" and p["compiled"])
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "skipped", "error")}
+    inductor = None
+    if p["compiled"]:
+        from torch._dynamo.utils import counters
+
+        inductor = {k: v for k, v in counters["inductor"].items() if "cache" in k}
     return dict(
         rows=counts, noisy_rows=sum(1 for r in rows if r.get("noisy")),
         worst_peak_over_analytic=worst,
         wall_s=wall_s, cpu_s=cpu_s, first_calls_wall_s=first, flex_compile_wall_s=flex_first,
         measure_wall_s=wall_s - first,
         fits_with_4_lengths=sum(1 for f in fits if f["n"] >= 4),
+        inductor_cache=inductor,  # FlexAttention kernels loaded from PyTorch's on-disk cache (hit) or compiled
     )
 
 

@@ -36,8 +36,8 @@ __all__ = ["Case", "build_cases", "make_inputs", "make_call", "case_analytic_byt
 
 # relpos_core paths that stand in for the Hugging Face module of a scheme ("module" rows)
 MODULE_PATHS = {
-    "t5": (("naive", "eager"), ("gather", "sdpa"), ("gather", "flex")),
-    "deberta": (("naive", "eager"), ("gather", "sdpa"), ("gather", "flex")),
+    "t5": (("gather", "sdpa"), ("gather", "flex")),
+    "deberta": (("gather", "sdpa"), ("gather", "flex")),
 }
 HF_LABELS = {"t5": "Hugging Face T5Attention (eager)", "deberta": "Hugging Face DebertaV2Layer (eager, one layer)"}
 
