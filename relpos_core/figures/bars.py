@@ -46,7 +46,7 @@ def bars(
         colour_list = ["#4c78a8"] * len(labels)
     shown = [text.get(k, f"{values[k]:.3g}") if text else f"{values[k]:.3g}" for k in labels]
     fig = go.Figure(go.Bar(x=xs, y=labels, orientation="h", marker_color=colour_list, text=shown,
-                           textposition="outside", cliponaxis=False,
+                           textposition="auto", insidetextanchor="end", cliponaxis=False,
                            hovertemplate="%{y}<br>%{x:.4g}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(title_text=x_label, type="log" if log_x else "linear", automargin=True)
@@ -56,7 +56,7 @@ def bars(
             lo, hi = min(lo, reference), max(hi, reference)
         import math
 
-        fig.update_xaxes(range=[math.log10(lo) - 0.15, math.log10(hi) + 0.45])  # room for the bar labels
+        fig.update_xaxes(range=[math.log10(lo) - 0.15, math.log10(hi) + 0.45], dtick=1)  # decades
     else:
         fig.update_xaxes(range=[0, max(xs + [reference or 0]) * 1.25])
     if reference is not None:

@@ -29,6 +29,27 @@ FORM_COLORS = {"none": "#555555", "naive": "#d62728", "gather": "#2ca02c", "skew
 BACKEND_DASH = {"eager": "dot", "sdpa": "solid", "flex": "dash", "transformers": "dashdot"}
 BACKEND_SYMBOL = {"eager": "square", "sdpa": "circle", "flex": "diamond", "transformers": "star"}
 MIB = 2**20
+DISPLAY = {"none": "no bias", "rope": "RoPE", "alibi": "ALiBi", "t5": "T5", "shaw": "Shaw", "shaw_key": "Shaw key",
+           "deberta": "DeBERTa", "transformer_xl": "Transformer-XL"}
+SHORT = dict(DISPLAY, transformer_xl="TXL")
+
+
+def _key_legend(fig, forms, backends) -> None:
+    """Legend entries for the colours (forms) and line styles (backends), not one per path:
+    short enough to sit above the plot on a phone."""
+    go, _ = plotly_modules()
+    for form in forms:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=form, hoverinfo="skip",
+                                 line=dict(color=FORM_COLORS.get(form, "#8c564b"), width=4)))
+    for backend in backends:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers", name=backend, hoverinfo="skip",
+                                 line=dict(color="#444", dash=BACKEND_DASH.get(backend, "solid"), width=2),
+                                 marker=dict(color="#444", symbol=BACKEND_SYMBOL.get(backend, "circle"), size=8)))
+
+
+def _top_legend(height_px: int = 0) -> dict:
+    return dict(orientation="h", yref="container", y=1, yanchor="top", x=0, xanchor="left", font=dict(size=12),
+                itemwidth=30)
 
 
 def read_result(path) -> dict:
@@ -87,11 +108,12 @@ def _ranges(result: dict, mode: str) -> dict:
 
 
 def scheme_figure(result: dict, scheme: str, *, mode: str = "forward", traces_per_panel: int | None = None,
-                  ranges: dict | None = None, height: int = 760):
+                  ranges: dict | None = None, height: int = 780):
     """Time, peak memory and time over no-bias SDPA (module rows: over Hugging Face) against L.
 
-    One line per path of ``scheme`` in ``mode``; ``traces_per_panel`` pads with empty
-    traces (a slider needs the same number for every scheme); ``ranges`` fixes the axes.
+    One line per path of ``scheme`` in ``mode`` (hover for its fitted exponents);
+    ``traces_per_panel`` pads with empty traces (a slider needs the same number for every
+    scheme); ``ranges`` fixes the axes.
     """
     go, _ = plotly_modules()
     from plotly.subplots import make_subplots
@@ -110,28 +132,29 @@ def scheme_figure(result: dict, scheme: str, *, mode: str = "forward", traces_pe
         if causal and scheme != "transformer_xl":
             name += ", causal"
         t_fit, m_fit = _fit(result, rows[0], "time"), _fit(result, rows[0], "peak_bytes")
+        fitted = ""
         if t_fit and m_fit:
-            name += f" (t ∝ L^{t_fit['slope']:.1f}, mem ∝ L^{m_fit['slope']:.1f})"
+            fitted = f"<br>time ∝ L^{t_fit['slope']:.2f}, memory ∝ L^{m_fit['slope']:.2f}"
         Ls = [r["L"] for r in rows]
-        noisy = [bool(r.get("noisy")) for r in rows]
         style = path_style(form, backend)
-        symbols = [path_style(form, backend, noisy=z)["marker"]["symbol"] for z in noisy]
+        symbols = [path_style(form, backend, noisy=bool(r.get("noisy")))["marker"]["symbol"] for r in rows]
         med = [r["time_ms"]["median"] for r in rows]
         err = dict(type="data", symmetric=False, array=[r["time_ms"]["q3"] - m for r, m in zip(rows, med)],
                    arrayminus=[m - r["time_ms"]["q1"] for r, m in zip(rows, med)], thickness=1.2, width=3)
-        hover = [f"L={r['L']}<br>{m:.4g} {clock} (IQR {r['time_ms']['q1']:.3g}–{r['time_ms']['q3']:.3g})"
+        hover = [f"<b>{name}</b>, L={r['L']}<br>{m:.4g} {clock} (IQR {r['time_ms']['q1']:.3g}–"
+                 f"{r['time_ms']['q3']:.3g}){fitted}"
                  + ("<br>noisy: " + "; ".join(r.get("noise_reasons", [])) if r.get("noisy") else "")
                  for r, m in zip(rows, med)]
-        common = dict(mode="lines+markers", legendgroup=name, line=style["line"],
+        common = dict(mode="lines+markers", showlegend=False, line=style["line"],
                       marker=dict(style["marker"], symbol=symbols))
         fig.add_trace(go.Scatter(x=Ls, y=med, name=name, error_y=err, hovertext=hover, hoverinfo="text", **common),
                       row=1, col=1)
         mem = [r["peak_bytes"] / MIB if r.get("peak_bytes") else None for r in rows]
-        fig.add_trace(go.Scatter(x=Ls, y=mem, name=name, showlegend=False,
-                                 hovertemplate="L=%{x}<br>%{y:.4g} MiB<extra>" + name + "</extra>", **common),
-                      row=2, col=1)
+        fig.add_trace(go.Scatter(x=Ls, y=mem, name=name,
+                                 hovertemplate="L=%{x}<br>%{y:.4g} MiB" + fitted + "<extra>" + name + "</extra>",
+                                 **common), row=2, col=1)
         ratio = [r.get(ratio_key) for r in rows]
-        fig.add_trace(go.Scatter(x=Ls, y=ratio, name=name, showlegend=False,
+        fig.add_trace(go.Scatter(x=Ls, y=ratio, name=name,
                                  hovertemplate="L=%{x}<br>%{y:.3g}x<extra>" + name + "</extra>", **common),
                       row=3, col=1)
     for _ in range(n - len(curves)):  # padding: same trace count for every scheme
@@ -139,25 +162,24 @@ def scheme_figure(result: dict, scheme: str, *, mode: str = "forward", traces_pe
             fig.add_trace(go.Scatter(x=[], y=[], showlegend=False, hoverinfo="skip"), row=row, col=1)
     order = [t for panel in range(3) for t in list(fig.data)[panel::3]]
     fig.data = tuple(order)
+    in_mode = [r for r in result["rows"] if r["mode"] == mode and r["status"] == "ok"]
+    _key_legend(fig, [f for f in FORM_COLORS if any(r["form"] == f for r in in_mode)],
+                [b for b in BACKEND_DASH if any(r["backend"] == b for r in in_mode)])
     ranges = ranges or _ranges(result, mode)
     lengths = sorted({r["L"] for r in result["rows"]})
     for row, (title, key) in enumerate(((clock + " per call", "time"), ("peak MiB", "memory"),
                                         (ratio_title, "ratio")), start=1):
-        fig.update_yaxes(title_text=title, type="log", range=ranges[key], row=row, col=1)
+        fig.update_yaxes(title_text=title, type="log", range=ranges[key], dtick=1, row=row, col=1)
         fig.update_xaxes(type="log", range=ranges["x"], tickvals=lengths, ticktext=[str(L) for L in lengths],
                          row=row, col=1)
     fig.update_xaxes(title_text="sequence length L", row=3, col=1)
     fig.add_hline(y=1.0, line=dict(dash="dot", color="#888", width=1), row=3, col=1)
-    pv = result["provenance"]
-    fig.update_layout(
-        title=dict(text=f"{scheme}: {mode}, {pv.get('device_name', '')[:40]}, {pv.get('dtype')}", font=dict(size=14)),
-        height=height, margin=dict(l=70, r=15, t=50, b=40),
-        legend=dict(orientation="h", yanchor="top", y=-0.07, xanchor="left", x=0, font=dict(size=11)),
-    )
+    # r=40: room for the last label of a slider placed under the figure
+    fig.update_layout(height=height, margin=dict(l=70, r=40, t=80, b=40), legend=_top_legend())
     return fig
 
 
-def scheme_slider(result: dict, schemes=None, *, mode: str = "forward", height: int = 760):
+def scheme_slider(result: dict, schemes=None, *, mode: str = "forward", height: int = 780):
     """``scheme_figure`` with a slider over ``schemes`` (default: every scheme of the run), fixed axes."""
     from .slider import slider
 
@@ -171,8 +193,15 @@ def scheme_slider(result: dict, schemes=None, *, mode: str = "forward", height: 
         raise ValueError(f"schemes {missing} have no ok rows in mode {mode!r}; present: {present}")
     n = max(len(_curves(result, s, mode)) for s in schemes)
     ranges = _ranges(result, mode)
-    return slider(lambda s: scheme_figure(result, s, mode=mode, traces_per_panel=n, ranges=ranges, height=height),
-                  schemes, name="scheme")
+    by_label = {SHORT.get(s, s): s for s in schemes}
+    return slider(lambda label: scheme_figure(result, by_label[label], mode=mode, traces_per_panel=n, ranges=ranges,
+                                              height=height),
+                  list(by_label), name="scheme")
+
+
+def _label(scheme: str, form: str, backend: str, causal: bool) -> str:
+    return f"{SHORT.get(scheme, scheme)} {form}/{backend}" + (", causal" if causal and scheme != "transformer_xl"
+                                                             else "")
 
 
 def exponent_figure(result: dict, *, mode: str = "forward", min_points: int = 4, height: int | None = None):
@@ -181,25 +210,26 @@ def exponent_figure(result: dict, *, mode: str = "forward", min_points: int = 4,
     from plotly.subplots import make_subplots
 
     fits = [f for f in result["fits"] if f["mode"] == mode and f["n"] >= min_points
-            and not (f["scheme"] == "none" and f["causal"])]
+            and not (f["scheme"] == "none" and f["causal"]) and f.get("block_skipping") is not False]
     if not fits:
         raise ValueError(f"the result has no fits with at least {min_points} lengths in mode {mode!r}")
+    backends = [b for b in BACKEND_DASH if any(f["backend"] == b for f in fits)]
     keys = []
-    for f in sorted(fits, key=lambda f: (f["scheme"], f["form"], f["backend"], f["causal"])):
-        k = (f["scheme"], f["form"], f["backend"], f["causal"], f.get("block_skipping"))
+    for f in sorted(fits, key=lambda f: (backends.index(f["backend"]), f["scheme"], f["form"], f["causal"])):
+        k = (f["scheme"], f["form"], f["backend"], f["causal"])
         if k not in keys:
             keys.append(k)
-    labels = [f"{s}: {fo}/{b}" + (", causal" if c and s != "transformer_xl" else "") for s, fo, b, c, _ in keys]
+    labels = [_label(*k) for k in keys]
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=["time", "peak memory"])
+                        subplot_titles=["time", "memory"])
     for col, quantity in enumerate(("time", "peak_bytes"), start=1):
-        for backend in ("eager", "sdpa", "flex", "transformers"):
+        for backend in backends:
             xs, ys, errs, colours = [], [], [], []
             for k, label in zip(keys, labels):
                 if k[2] != backend:
                     continue
                 f = next((f for f in fits if f["quantity"] == quantity and
-                          (f["scheme"], f["form"], f["backend"], f["causal"], f.get("block_skipping")) == k), None)
+                          (f["scheme"], f["form"], f["backend"], f["causal"]) == k), None)
                 if f is None:
                     continue
                 xs.append(f["slope"])
@@ -209,27 +239,31 @@ def exponent_figure(result: dict, *, mode: str = "forward", min_points: int = 4,
             if not xs:
                 continue
             fig.add_trace(go.Scatter(
-                x=xs, y=ys, mode="markers", name=backend, legendgroup=backend, showlegend=col == 1,
+                x=xs, y=ys, mode="markers", name=backend, showlegend=False,
                 marker=dict(color=colours, symbol=BACKEND_SYMBOL.get(backend, "circle"), size=9,
                             line=dict(color="#222", width=0.5)),
-                error_x=dict(type="data", array=errs, thickness=1.2, width=3),
-                hovertemplate="%{y}<br>slope %{x:.2f}<extra>" + backend + "</extra>"), row=1, col=col)
+                error_x=dict(type="data", array=errs, thickness=1.2, width=3, color="#333"),
+                hovertemplate="%{y}<br>x = %{x:.2f}<extra>" + quantity.replace("_bytes", "") + "</extra>"),
+                row=1, col=col)
         for ref in (1, 2):
             fig.add_vline(x=ref, line=dict(dash="dot", color="#999", width=1), row=1, col=col)
-        fig.update_xaxes(title_text="exponent of L", range=[-0.1, 2.6], dtick=0.5, row=1, col=col)
+        fig.update_xaxes(range=[-0.2, 2.9], tickvals=[0, 1, 2], row=1, col=col)
+    _key_legend(fig, [f for f in FORM_COLORS if any(k[1] == f for k in keys)], backends)
+    for trace in fig.data[-len(backends):]:  # the backends' key: markers only, as plotted
+        trace.mode = "markers"
     fig.update_yaxes(autorange="reversed", type="category", row=1, col=1, automargin=True)
-    fig.update_layout(height=height or 120 + 21 * len(keys), margin=dict(l=10, r=10, t=50, b=50),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.04, xanchor="right", x=1,
-                                  title_text="marker: backend; colour: form"))
+    fig.update_xaxes(title_text="exponent x of L^x", row=1, col=1)
+    fig.update_layout(height=height or 160 + 19 * len(keys), margin=dict(l=10, r=10, t=115, b=50),
+                      legend=_top_legend())
     return fig
 
 
 def analytic_bytes_figure(*, H: int, d: int, dtype, lengths, schemes, k: dict | None = None, B: int = 1,
-                          measured: dict | None = None, height: int = 720):
+                          measured: dict | None = None, height: int = 760):
     """``analytic_bytes`` of every forward path of ``schemes`` against L, one panel per scheme.
 
-    ``measured``: a benchmark result; its CPU rows are drawn as markers on the panels when
-    the run's (B, H, d, dtype) equal the figure's (else the markers are left empty, so a
+    ``measured``: a benchmark result; its CPU rows are drawn as open circles on the panels
+    when the run's (B, H, d, dtype) equal the figure's (else those traces stay empty, so a
     slider over (H, d, dtype) keeps one trace count).
     """
     go, _ = plotly_modules()
@@ -245,17 +279,19 @@ def analytic_bytes_figure(*, H: int, d: int, dtype, lengths, schemes, k: dict | 
     dtype_name = str(dt).replace("torch.", "")
     cols = 2
     rows_n = -(-len(schemes) // cols)
-    fig = make_subplots(rows=rows_n, cols=cols, shared_xaxes=True, horizontal_spacing=0.12,
-                        vertical_spacing=0.09, subplot_titles=list(schemes))
+    fig = make_subplots(rows=rows_n, cols=cols, shared_xaxes=True, horizontal_spacing=0.1,
+                        vertical_spacing=0.08, subplot_titles=[DISPLAY.get(s, s) for s in schemes])
     matches = False
     if measured is not None:
         sz = measured["provenance"]["sizes"]
         matches = (sz["B"], sz["H"], sz["d"], sz["dtype"]) == (B, H, d, dtype_name)
-    shown_legend = set()
     lo, hi = math.inf, 0.0
+    forms, backends = set(), set()
     for i, scheme in enumerate(schemes):
         r, c = i // cols + 1, i % cols + 1
         for p in paths(scheme):
+            forms.add(p.form)
+            backends.add(p.backend)
             causal = p.causal == "required"
             ys = []
             for L in lengths:
@@ -265,11 +301,10 @@ def analytic_bytes_figure(*, H: int, d: int, dtype, lengths, schemes, k: dict | 
             lo, hi = min(lo, min(ys)), max(hi, max(ys))
             name = f"{p.form}/{p.backend}"
             style = path_style(p.form, p.backend)
-            fig.add_trace(go.Scatter(x=list(lengths), y=ys, mode="lines", name=name, legendgroup=name,
-                                     showlegend=name not in shown_legend, line=style["line"],
+            fig.add_trace(go.Scatter(x=list(lengths), y=ys, mode="lines", name=name, showlegend=False,
+                                     line=style["line"],
                                      hovertemplate="L=%{x}<br>%{y:.4g} MiB (analytic)<extra>" + name + "</extra>"),
                           row=r, col=c)
-            shown_legend.add(name)
             mx, my = [], []
             if matches:
                 for row in measured["rows"]:
@@ -278,20 +313,22 @@ def analytic_bytes_figure(*, H: int, d: int, dtype, lengths, schemes, k: dict | 
                             and row["causal"] == causal and row["status"] == "ok" and row.get("peak_bytes"):
                         mx.append(row["L"])
                         my.append(row["peak_bytes"] / MIB)
-            fig.add_trace(go.Scatter(x=mx, y=my, mode="markers", name=name + " measured", legendgroup=name,
-                                     showlegend=False, marker=dict(style["marker"], size=9, symbol="circle-open",
-                                                                   line=dict(width=2)),
+            fig.add_trace(go.Scatter(x=mx, y=my, mode="markers", name=name + " measured", showlegend=False,
+                                     marker=dict(color=style["line"]["color"], size=9, symbol="circle-open",
+                                                 line=dict(width=2)),
                                      hovertemplate="L=%{x}<br>%{y:.4g} MiB measured<extra>" + name + "</extra>"),
                           row=r, col=c)
+    _key_legend(fig, [f for f in FORM_COLORS if f in forms], [b for b in BACKEND_DASH if b in backends])
+    for trace in fig.data[-len(backends):]:
+        trace.mode = "lines"
     yr = [math.log10(lo) - 0.2, math.log10(hi) + 0.2]
+    ticks = [L for L in lengths if math.log2(L) % 2 == 1] or list(lengths)
     for i in range(len(schemes)):
         r, c = i // cols + 1, i % cols + 1
-        fig.update_yaxes(type="log", range=yr, row=r, col=c, title_text="MiB" if c == 1 else None)
-        fig.update_xaxes(type="log", tickvals=list(lengths)[::2], ticktext=[str(L) for L in list(lengths)[::2]],
-                         row=r, col=c, title_text="L" if r == rows_n else None)
-    fig.update_layout(height=height, margin=dict(l=60, r=10, t=40, b=40),
-                      title=dict(text=f"analytic peak bytes: B={B}, H={H}, d={d}, {dtype_name}", font=dict(size=13)),
-                      legend=dict(orientation="h", yanchor="top", y=-0.06, xanchor="left", x=0))
+        fig.update_yaxes(type="log", range=yr, dtick=2, row=r, col=c, title_text="MiB" if c == 1 else None)
+        fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(L) for L in ticks], row=r, col=c,
+                         title_text="L" if r == rows_n else None)
+    fig.update_layout(height=height, margin=dict(l=60, r=40, t=85, b=40), legend=_top_legend())
     return fig
 
 
