@@ -2,10 +2,13 @@
 static HTML, and numbered tables.
 
 plotly and ipywidgets are imported on first use, not when relpos_core is imported.
+``rp.figures.bench`` draws the benchmark's results (chapter 8 and the benchmark's own page).
 """
+from . import bench
+from .bars import bars
 from .heatmap import heatmap
 from .lines import line
 from .slider import SliderFigure, slider
 from .table import NumberedTable, table
 
-__all__ = ["heatmap", "line", "slider", "SliderFigure", "table", "NumberedTable"]
+__all__ = ["heatmap", "line", "slider", "SliderFigure", "table", "NumberedTable", "bars", "bench"]
