@@ -12,5 +12,4 @@ _REWRITE = {"seed", "captions", "pitfalls", "exercises", "line length", "hidden 
 # so not a strict xfail: look at the page at 390 px when removing it)
 PENDING: dict[str, set[str]] = {
     "06_rope_and_alibi.ipynb": {"math"},
-    "08_what_it_costs.ipynb": set(_REWRITE),
 }

@@ -28,7 +28,10 @@ PAGES = sorted(p for p in ROOT.glob("*.md") if p.name not in ("README.md", "CONT
 # the reviewer's pattern (shared/hooks/before-stop): "the seed" but not "the seed = 0"
 SEED = re.compile(r"seed text|source text|the seed'?s?\b(?!\s*[=(0-9])", re.I)
 CITE = re.compile(r"\{cite(?::[pt])?\}`([^`]+)`")
-FIGURE_CALL = re.compile(r"\brp\.figures\.(heatmap|line|slider)\(")
+# a call that returns a figure: rp.figures.heatmap/line/slider/bars/bench.*, the lab's
+# lab.figures.*, or any function named *_figure / *_slider (tables are not figures)
+FIGURE_CALL = re.compile(r"\bfigures\.(?!table\b|NumberedTable\b)[\w.]+\(|\b\w+_(?:figure|slider)\(")
+NOT_FIGURES = {"print", "Markdown", "HTML", "display"}
 MAX_LINE = 88
 
 
@@ -88,7 +91,10 @@ def draws_a_figure(cell: dict) -> bool:
         return False
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(("%", "!")))
     body = ast.parse(code).body
-    return bool(body) and isinstance(body[-1], ast.Expr) and not text.rstrip().endswith(";")
+    if not body or not isinstance(body[-1], ast.Expr) or text.rstrip().endswith(";"):
+        return False
+    last = body[-1].value  # text and tables are not figures
+    return not (isinstance(last, ast.Call) and getattr(last.func, "id", None) in NOT_FIGURES)
 
 
 @pytest.mark.parametrize("path", every_chapter("captions"))
