@@ -44,7 +44,6 @@ import os
 import platform
 import random
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,12 +53,14 @@ from pathlib import Path
 import torch
 
 from relpos_core import bench_stats
+from relpos_core.cli import integer_in, number_in
 from relpos_core.bench_cases import (Case, build_cases, case_analytic_bytes, distance_parameter, make_call,
                                      make_inputs)
 from relpos_core.measure import guard
 from relpos_core.measure._profiler import without_profiler_chatter
 from relpos_core.measure.backends import BACKEND_OPS, detect_sdpa_backend
 from relpos_core.measure.memory import measure_peak_memory
+from relpos_core.provenance import git_commit
 
 __all__ = ["PRESETS", "SCHEMA", "MAX_LENGTH", "run_benchmark", "main", "format_table", "parse_args"]
 
@@ -433,21 +434,6 @@ def _recheck_monotonic(rows, p, device, dtype, log):
 # ----------------------------------------------------------------------------- the run
 
 
-def _git_commit() -> str:
-    """HEAD of the checkout (``-dirty`` with local changes), or ``RELPOS_GIT_COMMIT`` when the
-    code runs from a copy without ``.git`` (a GPU machine that received the working tree)."""
-    if os.environ.get("RELPOS_GIT_COMMIT"):
-        return os.environ["RELPOS_GIT_COMMIT"] + " (from RELPOS_GIT_COMMIT)"
-    try:
-        root = Path(__file__).resolve().parents[1]
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        if out.returncode == 0:
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=10).stdout.strip()
-            return out.stdout.strip() + ("-dirty" if dirty else "")
-        return "unknown (no commit: " + (out.stderr.strip().splitlines() or ["git failed"])[-1] + ")"
-    except Exception as e:  # noqa: BLE001 - no git on the machine
-        return f"unknown ({type(e).__name__})"
 
 
 def _cpu_model() -> str:
@@ -558,7 +544,7 @@ def run_benchmark(preset: str = "cpu", *, device=None, budget=_PRESET, progress:
     if p["compiled"]:
         _raise_recompile_limit(4 * len(p["lengths"]) * 32)
     allocator = _pin_allocator() if (device.type == "cpu" and p.get("pin_allocator")) else None
-    commit = _git_commit()  # of the code that runs, before anything can change the tree
+    commit = git_commit()  # of the code that runs, before anything can change the tree
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     cases = build_cases(p)
@@ -656,7 +642,7 @@ def _provenance(p, device) -> dict:
     return dict(
         device=device.type, device_name=_device_name(device), torch=torch.__version__, cuda=torch.version.cuda,
         python=platform.python_version(), platform=platform.platform(), cpu_count=os.cpu_count(),
-        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), git_commit=_git_commit(),
+        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), git_commit=git_commit(),
         preset=p["name"], sizes=sizes, dtype=p["dtype"], threads=torch.get_num_threads() if device.type == "cpu"
         else None, memory_budget_bytes=p["budget"], versions=_versions(),
         command=" ".join([Path(sys.argv[0]).name] + sys.argv[1:]) if sys.argv else None,
@@ -741,14 +727,6 @@ def _write_figures(result: dict, path: Path) -> str | None:
 # ----------------------------------------------------------------------------- command line
 
 
-def _length(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer in [1, {MAX_LENGTH}], got {text!r}") from None
-    if not 1 <= value <= MAX_LENGTH:
-        raise argparse.ArgumentTypeError(f"must be an integer in [1, {MAX_LENGTH}], got {value}")
-    return value
 
 
 _UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -768,35 +746,10 @@ def _budget(text: str):
     return int(number) * _UNITS[unit]
 
 
-def _threads(text: str) -> int:
-    top = max(os.cpu_count() or 1, 1) * 4
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer in [1, {top}], got {text!r}") from None
-    if not 1 <= value <= top:
-        raise argparse.ArgumentTypeError(f"must be an integer in [1, {top}], got {value}")
-    return value
 
 
-def _repeats(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer in [1, 100], got {text!r}") from None
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"must be an integer in [1, 100], got {value}")
-    return value
 
 
-def _threshold(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 10], got {text!r}") from None
-    if not (0 < value <= 10):
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 10], got {text!r}")
-    return value
 
 
 def _check_device(text) -> torch.device:
@@ -845,14 +798,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="the quick preset (tests: tiny sizes, nothing compiled)")
     ap.add_argument("--gpu", action="store_true", help="the gpu preset: L up to 16384, B=1, H=16, d=64, bf16")
     ap.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda for the gpu preset, else cpu)")
-    ap.add_argument("--lengths", type=_length, nargs="+", default=None, metavar="L",
+    ap.add_argument("--lengths", type=integer_in(1, MAX_LENGTH), nargs="+", default=None, metavar="L",
                     help=f"override the preset's sequence lengths (integers in [1, {MAX_LENGTH}])")
     ap.add_argument("--budget", type=_budget, default=_PRESET_BUDGET,
                     help="memory budget of rp.attend's guard: bytes (e.g. 1073741824 or 1GiB) or 'none'")
     ap.add_argument("--out", default=None, help="JSON path (default bench_out/bench-<device>.json)")
-    ap.add_argument("--threads", type=_threads, default=None, help="torch intra-op threads on CPU (cpu preset: 1)")
-    ap.add_argument("--repeats", type=_repeats, default=None, help="timed bursts per row (preset's by default)")
-    ap.add_argument("--spread-threshold", type=_threshold, default=None,
+    ap.add_argument("--threads", type=integer_in(1, 4 * (os.cpu_count() or 1)), default=None, help="torch intra-op threads on CPU (cpu preset: 1)")
+    ap.add_argument("--repeats", type=integer_in(1, 100), default=None, help="timed bursts per row (preset's by default)")
+    ap.add_argument("--spread-threshold", type=number_in(0, 10), default=None,
                     help="relative spread (q3 - q1) / median above which a row is re-measured, then flagged")
     ap.add_argument("--no-modules", action="store_true", help="skip the Hugging Face module rows")
     ap.add_argument("--no-figures", action="store_true", help="write no HTML figure page next to the JSON")

@@ -159,8 +159,8 @@ def two_token_sign_test(
     before = BEFORE_OFFSET[convention]
     want_before, want_after, want_same = want(before), want(-before), want(0)
     if torch.allclose(want_before, want_after, rtol=rtol, atol=atol):
-        raise ValueError(f"value_at_offset gives offsets +1 and -1 the same value, so a sign flip would pass "
-                         f"unseen; test with a table whose rows differ (e.g. torch.arange)")
+        raise ValueError("value_at_offset gives offsets +1 and -1 the same value, so a sign flip would pass "
+                         "unseen; test with a table whose rows differ (e.g. torch.arange)")
     # rows are queries at 0, 1 and columns keys at 0, 1
     return SignTest(scheme=scheme, convention=convention, got_before=got[..., 1, 0], got_after=got[..., 0, 1],
                     got_same=got[..., 0, 0], want_before=want_before, want_after=want_after, want_same=want_same,

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from relpos_core.kernels.forms import BACKENDS, FORMS
-from relpos_core.terms import NO_POSITION, PositionTerm, ScalarSlopes, ScalarTable
+from relpos_core.terms import NO_POSITION, PositionTerm, ScalarSlopes
 
 __all__ = [
     "SchemeEntry",

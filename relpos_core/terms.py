@@ -88,6 +88,14 @@ def example_tensor(*shape, device=None, dtype=torch.float32, generator=None, sca
     return (torch.randn(*shape, generator=generator) * scale).to(device=device, dtype=dtype)
 
 
+def check_row_table(table: torch.Tensor, rows: RowIndex) -> None:
+    """A vector table (R, d) or per head (H, R, d) with one row per row of ``rows``."""
+    check_tensor("table", table, ndim=(2, 3), floating=True)
+    if table.shape[-2] != rows.num_rows:
+        raise ValueError(f"table must have {rows.num_rows} rows ({rows.description}), "
+                         f"got shape {tuple(table.shape)}")
+
+
 @dataclass(frozen=True)
 class ScalarTable:
     """logit_ij += table[h, ids(off_ij)], unscaled. table: (H, n). T5: ids = bucket(off)."""
@@ -154,10 +162,7 @@ class QueryVectors:
     name: str = "query vectors"
 
     def __post_init__(self):
-        check_tensor("table", self.table, ndim=(2, 3), floating=True)
-        if self.table.shape[-2] != self.rows.num_rows:
-            raise ValueError(f"table must have {self.rows.num_rows} rows ({self.rows.description}), "
-                             f"got shape {tuple(self.table.shape)}")
+        check_row_table(self.table, self.rows)
         if self.shift is not None:
             check_tensor("shift", self.shift, ndim=2, floating=True, shape={1: self.table.shape[-1]})
 
@@ -171,10 +176,7 @@ class KeyVectors:
     name: str = "key vectors"
 
     def __post_init__(self):
-        check_tensor("table", self.table, ndim=(2, 3), floating=True)
-        if self.table.shape[-2] != self.rows.num_rows:
-            raise ValueError(f"table must have {self.rows.num_rows} rows ({self.rows.description}), "
-                             f"got shape {tuple(self.table.shape)}")
+        check_row_table(self.table, self.rows)
 
 
 @dataclass(frozen=True)
@@ -186,10 +188,7 @@ class ValueVectors:
     name: str = "value vectors"
 
     def __post_init__(self):
-        check_tensor("table", self.table, ndim=(2, 3), floating=True)
-        if self.table.shape[-2] != self.rows.num_rows:
-            raise ValueError(f"table must have {self.rows.num_rows} rows ({self.rows.description}), "
-                             f"got shape {tuple(self.table.shape)}")
+        check_row_table(self.table, self.rows)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import subprocess
 import time
 import warnings
 from pathlib import Path
@@ -42,6 +41,7 @@ from relpos_core.kernels.forms import BACKENDS
 from relpos_core.decoding.model import SCHEMES, Decoder, DecoderConfig, decode_paths
 from relpos_core.measure import guard
 from relpos_core.measure.timing import measure_time
+from relpos_core.provenance import git_commit
 
 __all__ = ["PRESETS", "benchmark_cases", "run_decode_benchmark", "default_output", "load_result",
            "throughput_ratios", "main"]
@@ -84,19 +84,6 @@ def _prefill_path(scheme: str) -> tuple[str, str]:
     return paths[0]
 
 
-def _git_commit() -> str:
-    if os.environ.get("RELPOS_GIT_COMMIT"):
-        return os.environ["RELPOS_GIT_COMMIT"] + " (from RELPOS_GIT_COMMIT)"
-    try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10)
-        if head.returncode != 0:
-            return "unknown (not a git checkout)"
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return head.stdout.strip() + ("-dirty" if dirty else "")
-    except Exception as e:  # no git on the machine
-        return f"unknown ({type(e).__name__})"
 
 
 def _load_average():
@@ -140,7 +127,7 @@ def run_decode_benchmark(preset: str = "cpu", *, device=None, schemes=None, back
     previous_threads = torch.get_num_threads()
     if p["threads"] is not None:
         torch.set_num_threads(p["threads"])
-    load_start, start, commit = _load_average(), time.perf_counter(), _git_commit()  # the code that runs
+    load_start, start, commit = _load_average(), time.perf_counter(), git_commit()  # the code that runs
     try:
         results = _run_cases(p, device, dtype, benchmark_cases(schemes, backends), compiled, progress, seed)
         provenance = _provenance(preset, p, device, compiled, load_start, time.perf_counter() - start, commit)

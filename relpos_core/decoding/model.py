@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.attend import attend

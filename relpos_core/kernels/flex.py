@@ -37,7 +37,7 @@ import torch
 
 from relpos_core.kernels import gather, sdpa
 from relpos_core.kernels.forms import prepare_qk
-from relpos_core.terms import KeyVectors, QueryVectors, ScalarSlopes, ScalarTable
+from relpos_core.terms import QueryVectors, ScalarSlopes, ScalarTable
 
 __all__ = [
     "FlexCPUBackwardWarning",

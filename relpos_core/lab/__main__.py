@@ -14,31 +14,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..cli import integer_in
 from .presets import PRESETS, get_preset
 
 MAX_SEEDS = 16
 MAX_SEED = 2**31 - 1
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, {MAX_SEED}], got {text!r}") from None
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, {MAX_SEED}], got {value}")
-    return value
 
 
-def _threads(text: str) -> int:
-    limit = os.cpu_count() or 1
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer in [1, {limit}], got {text!r}") from None
-    if not 1 <= value <= limit:
-        raise argparse.ArgumentTypeError(f"must be an integer in [1, {limit}] (this machine's CPU count), got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,14 +34,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="book",
                     help="tiny: pipeline check (seconds); book: the chapter's runs (about 3 minutes per seed "
                          "on 2 CPU cores); full: 4x the steps, 3 seeds (default: book)")
-    ap.add_argument("--seeds", type=_seed, nargs="+", default=None, metavar="SEED",
+    ap.add_argument("--seeds", type=integer_in(0, MAX_SEED), nargs="+", default=None, metavar="SEED",
                     help=f"seeds to run, integers in [0, {MAX_SEED}], at most {MAX_SEED and MAX_SEEDS} "
                          "(default: the preset's)")
     ap.add_argument("--out", default="lab_out", metavar="DIR",
                     help="output folder for lab-<preset>.json and the plots (default: lab_out)")
-    ap.add_argument("--threads", type=_threads, default=1,
+    ap.add_argument("--threads", type=integer_in(1, os.cpu_count() or 1, "this machine's CPU count"), default=1,
                     help="torch threads per run (default 1: fastest for these tiny models on 2 cores)")
-    ap.add_argument("--workers", type=_threads, default=min(2, os.cpu_count() or 1),
+    ap.add_argument("--workers", type=integer_in(1, os.cpu_count() or 1, "this machine's CPU count"), default=min(2, os.cpu_count() or 1),
                     help="runs trained at a time, each in its own process (default: 2, or 1 on a one-core "
                          "machine); results do not depend on it")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -118,7 +118,6 @@ def clipping_slider(results: dict, family: str):
     vertical lines at the first offsets that share a row or bucket with another."""
     if family not in ("shaw", "t5"):
         raise ValueError(f"family must be 'shaw' or 't5', got {family!r}")
-    figures = _rp_figures()
     from relpos_core.figures._plotly import plotly_modules
 
     go, _ = plotly_modules()

@@ -107,7 +107,7 @@ class LabBlock(nn.Module):
     def __init__(self, config: LabModelConfig):
         super().__init__()
         self.config = config
-        D, H = config.d_model, config.num_heads
+        D = config.d_model
         self.ln_attn = nn.LayerNorm(D)
         self.q_proj = nn.Linear(D, D)
         self.k_proj = nn.Linear(D, D)

@@ -20,10 +20,11 @@ import json
 import math
 import os
 import platform
-import subprocess
 from pathlib import Path
 
 import torch
+
+from ..provenance import git_commit
 
 __all__ = [
     "FORMAT",
@@ -46,22 +47,6 @@ __all__ = [
 FORMAT = "relpos-lab/1"
 
 
-def git_commit() -> str:
-    """HEAD of the checkout (``-dirty`` with local changes to tracked files), or
-    ``RELPOS_GIT_COMMIT`` for a copy of the tree without ``.git``."""
-    if os.environ.get("RELPOS_GIT_COMMIT"):
-        return os.environ["RELPOS_GIT_COMMIT"] + " (from RELPOS_GIT_COMMIT)"
-    root = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10)
-        if head.returncode != 0:
-            return "unknown (not a git checkout)"
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return head.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError) as err:  # no git on the machine
-        return f"unknown ({type(err).__name__})"
 
 
 def build_results(preset, seeds, run_output: dict, *, command: str | None = None, commit: str | None = None) -> dict:

@@ -188,7 +188,7 @@ def _scalar_pieces(m: Ledger, term, form: str, *, H, Lq, Lk, es, contiguous, n_o
 
 
 def _value_piece(m: Ledger, value, form: str, *, B, H, Lq, Lk, d, es, n_off) -> None:
-    P, S, X = Lq * Lk, B * H * Lq * Lk * es, B * H * Lq * d * es
+    P, X = Lq * Lk, B * H * Lq * d * es
     per_head = value.table.dim() == 3
     if form == "naive":
         rows = m.new(_I64 * P)
