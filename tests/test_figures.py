@@ -182,6 +182,20 @@ def test_static_slider_line_frames_get_explicit_ranges():
         assert frame.layout.yaxis.autorange is False
 
 
+def test_static_slider_bar_frames_cover_the_stacked_bars_and_leave_categories_alone():
+    go = pytest.importorskip("plotly.graph_objects")
+
+    def make(scale):
+        parts = [go.Bar(x=["absolute", "rope"], y=[scale, 2 * scale], name=n) for n in ("keys", "values")]
+        return go.Figure(parts).update_layout(barmode="stack")
+
+    fig = rp.figures.slider(make, [1, 10], name="scale").static_figure()
+    for frame, top in zip(fig.frames, (4, 40)):  # the stack of both parts, from 0
+        lo, hi = frame.layout.yaxis.range
+        assert lo <= 0 and top < hi < 1.2 * top
+        assert frame.layout.xaxis.range is None  # category labels: plotly places them
+
+
 def test_static_slider_rejects_changing_trace_counts():
     def make(n):
         return rp.figures.heatmap([torch.eye(2)] * n)

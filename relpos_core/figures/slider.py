@@ -27,11 +27,49 @@ SLIDER_PX = 80
 _FRAME_KEYS = ("title", "annotations", "meta", "shapes", "legend")
 
 
+def _numbers(data) -> list[float] | None:
+    """``data`` as floats (None and non-finite entries dropped), or None when it is not
+    numeric (category labels: plotly places those itself)."""
+    out = []
+    for x in data:
+        if x is None:
+            continue
+        try:
+            x = float(x)
+        except (TypeError, ValueError):
+            return None
+        if math.isfinite(x):
+            out.append(x)
+    return out
+
+
+def _bar_extent(fig, traces, letter: str) -> list[float]:
+    """What bars put on their value axis: 0, and each bar's end, stacked when the layout
+    stacks them (the sum of the positive and of the negative parts per category)."""
+    stacked = fig.layout.barmode in ("stack", "relative")
+    ends, up, down = [0.0], {}, {}
+    for trace in traces:
+        other = "x" if letter == "y" else "y"
+        values = list(trace[letter] or [])
+        places = list(trace[other]) if trace[other] is not None else list(range(len(values)))
+        for place, v in zip(places, values):
+            v = _numbers([v])
+            if not v:
+                continue
+            if not stacked:
+                ends.append(v[0])
+                continue
+            side = up if v[0] >= 0 else down
+            side[place] = side.get(place, 0.0) + v[0]
+    return ends + list(up.values()) + list(down.values())
+
+
 def _axis_range(fig, axis_name: str, axis) -> list | None:
-    """The range an automatic axis would show for ``fig``'s data, made explicit."""
+    """The range an automatic axis would show for ``fig``'s data, made explicit; None for
+    an axis plotly must place itself (categories, nothing numeric on it)."""
     letter = axis_name[0]
     ref = letter + axis_name[5:]  # "xaxis2" -> "x2"
-    values = []
+    values, bar_traces = [], []
     for trace in fig.data:
         if (getattr(trace, f"{letter}axis", None) or letter) != ref:
             continue
@@ -40,12 +78,22 @@ def _axis_range(fig, axis_name: str, axis) -> list | None:
             if data is None:
                 n = len(trace.z) if letter == "y" else len(trace.z[0])
                 data = list(range(n))
-            values += [min(data) - 0.5, max(data) + 0.5]
+            numbers = _numbers(data)
+            if numbers is None:
+                return None
+            values += [min(numbers) - 0.5, max(numbers) + 0.5] if numbers else []
             continue
-        data = trace[letter]
-        if data is None:
+        if trace.type == "bar" and (trace.orientation == "h") == (letter == "x"):
+            bar_traces.append(trace)  # this is the bars' value axis
             continue
-        values += [float(x) for x in data if x is not None and math.isfinite(float(x))]
+        if trace[letter] is None:
+            continue
+        numbers = _numbers(trace[letter])
+        if numbers is None:
+            return None
+        values += numbers
+    if bar_traces:
+        values += _bar_extent(fig, bar_traces, letter)
     if not values:
         return None
     lo, hi = min(values), max(values)
