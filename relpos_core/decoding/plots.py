@@ -68,10 +68,11 @@ def _short(n: int) -> str:
 
 
 def components_figure(context: int, *, num_layers: int, num_heads: int, head_dim: int, dtype, batch: int = 1,
-                      max_relative_position: int = 16, num_buckets: int = 32, height: int = 430):
-    """Stacked bars: bytes per cached token of one sequence, by kind, for every scheme and layout.
+                      max_relative_position: int = 16, num_buckets: int = 32, height: int = 400):
+    """Stacked horizontal bars: bytes per cached token of one sequence, by kind, for every
+    scheme and layout (the long labels read on a phone).
 
-    Values from ``ledger.bytes_per_token`` in KiB; the y axis is fixed by the largest
+    Values from ``ledger.bytes_per_token`` in KiB; the value axis is fixed by the largest
     total at ``context = 1`` so that a slider over the context never rescales it.
     """
     from relpos_core.figures._plotly import plotly_modules
@@ -83,13 +84,14 @@ def components_figure(context: int, *, num_layers: int, num_heads: int, head_dim
     ceiling = max(sum(ledger.bytes_per_token(s, context=1, **sizes).values()) for s in ledger.LAYOUT_SCHEMES)
     names = [LABELS[s] for s in rows]
     fig = go.Figure()
-    for kind, colour in COMPONENT_COLOURS.items():
-        fig.add_trace(go.Bar(x=names, y=[rows[s][kind] / 1024 for s in rows], name=kind, marker_color=colour,
-                             hovertemplate="%{x}<br>" + kind + ": %{y:.4g} KiB per token<extra></extra>"))
-    fig.update_layout(barmode="stack", height=height, margin=dict(l=70, r=20, t=40, b=90),
+    for kind, colour in COMPONENT_COLOURS.items():  # one bar per scheme, its parts stacked
+        fig.add_trace(go.Bar(y=names, x=[rows[s][kind] / 1024 for s in rows], orientation="h", name=kind,
+                             marker_color=colour,
+                             hovertemplate="%{y}<br>" + kind + ": %{x:.4g} KiB per token<extra></extra>"))
+    fig.update_layout(barmode="stack", height=height, margin=dict(l=10, r=20, t=40, b=60),
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, traceorder="normal"),
-                      yaxis=dict(title="KiB per cached token", range=[0, 1.05 * ceiling / 1024]),
-                      xaxis=dict(tickangle=-30))
+                      xaxis=dict(title="KiB per cached token", range=[0, 1.05 * ceiling / 1024]),
+                      yaxis=dict(autorange="reversed", automargin=True))
     return fig
 
 
