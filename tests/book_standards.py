@@ -11,5 +11,4 @@ _REWRITE = {"seed", "captions", "pitfalls", "exercises", "line length", "hidden 
 # "math": a display equation wider than a phone's column (checked in the browser only,
 # so not a strict xfail: look at the page at 390 px when removing it)
 PENDING: dict[str, set[str]] = {
-    "06_rope_and_alibi.ipynb": {"math"},
 }

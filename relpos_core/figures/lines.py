@@ -76,11 +76,26 @@ def line(
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
         showlegend=len(series) > 1,
     )
-    # log axes: labels at 1, 2 and 5 of each decade only, not at every minor step
+    # log axes: a label per decade or at 1, 2 and 5 of each, never at every minor step
     if log_x and len(xs) <= 12:
         fig.update_xaxes(tickvals=xs, ticktext=[str(x) for x in xs])
     elif log_x:
-        fig.update_xaxes(dtick="D2")
+        fig.update_xaxes(dtick=log_dtick(*_positive_extent(xs)))
     if log_y:
-        fig.update_yaxes(dtick="D2")
+        fig.update_yaxes(dtick=log_dtick(*_positive_extent([y for t in fig.data for y in t.y])))
     return fig
+
+
+def log_dtick(low: float, high: float):
+    """plotly ``dtick`` for a log axis from ``low`` to ``high`` (data units): labels at 1, 2
+    and 5 of each decade over up to 3 decades, at every decade up to 8, every other beyond
+    (a short axis over many decades otherwise smears its labels together)."""
+    import math
+
+    decades = math.log10(high / low) if low > 0 and high > low else 0.0
+    return "D2" if decades <= 3 else 1 if decades <= 8 else 2
+
+
+def _positive_extent(values) -> tuple[float, float]:
+    positive = [float(v) for v in values if v is not None and np.isfinite(float(v)) and float(v) > 0]
+    return (min(positive), max(positive)) if positive else (1.0, 1.0)

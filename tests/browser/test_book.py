@@ -153,11 +153,12 @@ SIZE = """i => {
   return [Math.round(box.width), Math.round(box.height), gd._fullLayout.width, gd._fullLayout.height];
 }"""
 
-# Every plotly figure sits in a <figure> whose caption is numbered ("Figure 2.3").
+# Every plotly figure sits in a <figure> whose caption is numbered: "Figure 2.3" in a
+# chapter, "Figure 1" on the landing page (outside the numbered parts).
 UNCAPTIONED = """() => Array.from(document.querySelectorAll('.plotly-graph-div')).map((d, i) => {
   const figure = d.closest('figure');
   const number = figure && figure.querySelector('figcaption .caption-number');
-  return number && /^Figure \\d+\\.\\d+/.test(number.textContent.trim()) ? -1 : i;
+  return number && /^Figure \\d+(\\.\\d+)?$/.test(number.textContent.trim()) ? -1 : i;
 }).filter(i => i >= 0)"""
 
 # Display equations must fit the text column (MathJax does not break lines).
