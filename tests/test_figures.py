@@ -309,3 +309,12 @@ def test_numbered_table_for_the_book_and_for_jupyter():
 def test_bad_table_arguments(kwargs, param):
     with pytest.raises(ValueError, match=param):
         rp.figures.table(kwargs.pop("markdown"), **kwargs)
+
+
+def test_log_axes_label_a_few_ticks_in_full_whatever_their_span():
+    short = rp.figures.line([1, 2, 4, 8, 16, 32, 64], {"a": [63, 33, 17, 9, 5, 3, 1.9]},
+                            x_label="H", y_label="ratio", log_x=True, log_y=True)
+    assert list(short.layout.yaxis.ticktext) == ["2", "5", "10", "20", "50"]  # not a bare "5" for 50
+    wide = rp.figures.line(list(range(1, 20)), {"a": [10.0**k for k in range(-6, 13)]},
+                           x_label="x", y_label="y", log_y=True)
+    assert wide.layout.yaxis.dtick == 2 and wide.layout.yaxis.tickvals is None  # 18 decades

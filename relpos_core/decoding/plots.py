@@ -49,14 +49,14 @@ def position_bytes_figure(series: dict, contexts, *, y_range: tuple[float, float
     """Log-log lines of ``position_bytes`` output; ``y_range`` (bytes) is fixed for sliders."""
     import math
 
-    from relpos_core.figures.lines import line, log_dtick
+    from relpos_core.figures.lines import line, log_ticks
 
     styles = {name: dict(line=dict(dash=dash)) for name, dash in
               zip(series, ["solid", "dash", "dot", "dashdot", "longdash"])}
     fig = line(contexts, series, x_label="context length (tokens)", y_label="bytes per cached token",
                log_x=True, log_y=True, height=height, styles=styles)
     fig.update_yaxes(range=[math.log10(y_range[0]), math.log10(y_range[1])], exponentformat="power",
-                     dtick=log_dtick(*y_range))
+                     **log_ticks(*y_range))
     fig.update_xaxes(tickvals=list(contexts), ticktext=[_short(c) for c in contexts])
     fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, xanchor="left"),
                       margin=dict(t=80))

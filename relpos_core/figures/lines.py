@@ -76,24 +76,35 @@ def line(
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
         showlegend=len(series) > 1,
     )
-    # log axes: a label per decade or at 1, 2 and 5 of each, never at every minor step
+    # log axes: a few labelled ticks, never one at every minor step
     if log_x and len(xs) <= 12:
         fig.update_xaxes(tickvals=xs, ticktext=[str(x) for x in xs])
     elif log_x:
-        fig.update_xaxes(dtick=log_dtick(*_positive_extent(xs)))
+        fig.update_xaxes(**log_ticks(*_positive_extent(xs)))
     if log_y:
-        fig.update_yaxes(dtick=log_dtick(*_positive_extent([y for t in fig.data for y in t.y])))
+        fig.update_yaxes(**log_ticks(*_positive_extent([y for t in fig.data for y in t.y])))
     return fig
 
 
-def log_dtick(low: float, high: float):
-    """plotly ``dtick`` for a log axis from ``low`` to ``high`` (data units): labels at 1, 2
-    and 5 of each decade over up to 3 decades, at every decade up to 8, every other beyond
-    (a short axis over many decades otherwise smears its labels together)."""
+def log_ticks(low: float, high: float) -> dict:
+    """Tick settings for a log axis showing ``low`` to ``high`` (data units): over up to
+    three decades, labels at 1, 2 and 5 of each decade written out in full ("20", not
+    plotly's bare "2"); up to eight decades one label per decade, beyond that every other
+    one (a short axis over many decades otherwise smears its labels together)."""
     import math
 
-    decades = math.log10(high / low) if low > 0 and high > low else 0.0
-    return "D2" if decades <= 3 else 1 if decades <= 8 else 2
+    if not (low > 0 and high > low):
+        return {}
+    decades = math.log10(high / low)
+    if decades > 8:
+        return dict(dtick=2, tickvals=None)
+    if decades > 3:
+        return dict(dtick=1, tickvals=None)
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    values = [m * 10.0**e for e in range(first, last + 1) for m in (1, 2, 5)]
+    margin = 10 ** (0.1 * decades)  # ticks just outside the data still show after padding
+    values = [v for v in values if low / margin <= v <= high * margin]
+    return dict(tickvals=values, ticktext=[f"{v:,.0f}" if v >= 1 else f"{v:g}" for v in values])
 
 
 def _positive_extent(values) -> tuple[float, float]:
