@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "the training length; write JSON results with provenance and PNG plots.",
     )
     ap.add_argument("--preset", choices=sorted(PRESETS), default="book",
-                    help="tiny: pipeline check (seconds); book: the chapter's runs (about 3 minutes per seed "
+                    help="tiny: pipeline check (seconds); book: the chapter's runs (about 4 minutes per seed "
                          "on 2 CPU cores); full: 4x the steps, 3 seeds (default: book)")
     ap.add_argument("--seeds", type=integer_in(0, MAX_SEED), nargs="+", default=None, metavar="SEED",
                     help=f"seeds to run, integers in [0, {MAX_SEED}], at most {MAX_SEED and MAX_SEEDS} "
