@@ -22,7 +22,7 @@ book: check-python $(STAMP)
 
 test: check-python check-chromium $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup tests --ignore=tests/browser
-	$(PY) -m pytest --nbval-lax intro.ipynb chapters
+	$(PY) -m pytest -n 2 --dist loadfile --nbval-lax intro.ipynb chapters
 	$(JB) build . -W -n --keep-going
 	$(PY) -m pytest tests/browser
 
