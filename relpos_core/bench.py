@@ -36,7 +36,6 @@ written, and the exit status is 1.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import gc
 import json
 import math
@@ -60,7 +59,7 @@ from relpos_core.measure import guard
 from relpos_core.measure._profiler import without_profiler_chatter
 from relpos_core.measure.backends import BACKEND_OPS, detect_sdpa_backend
 from relpos_core.measure.memory import measure_peak_memory
-from relpos_core.provenance import git_commit
+from relpos_core.provenance import device_name, git_commit, load_average, machine
 
 __all__ = ["PRESETS", "SCHEMA", "MAX_LENGTH", "run_benchmark", "main", "format_table", "parse_args"]
 
@@ -436,26 +435,10 @@ def _recheck_monotonic(rows, p, device, dtype, log):
 
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
-def _device_name(device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return _cpu_model()
-
-
 def _slug(device) -> str:
     if device.type == "cpu":
         return "cpu"
-    return "".join(c if c.isalnum() else "-" for c in _device_name(device).lower()).strip("-")
+    return "".join(c if c.isalnum() else "-" for c in device_name(device).lower()).strip("-")
 
 
 def _versions() -> dict:
@@ -546,7 +529,7 @@ def run_benchmark(preset: str = "cpu", *, device=None, budget=_PRESET, progress:
     allocator = _pin_allocator() if (device.type == "cpu" and p.get("pin_allocator")) else None
     commit = git_commit()  # of the code that runs, before anything can change the tree
     start_wall, start_cpu = time.perf_counter(), time.process_time()
-    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    load_start = load_average()
     cases = build_cases(p)
     by_length = {}
     for L in p["lengths"]:
@@ -598,9 +581,8 @@ def run_benchmark(preset: str = "cpu", *, device=None, budget=_PRESET, progress:
     bench_stats.add_ratios(rows)
     fits = bench_stats.fit_all(rows)
     summary = _summary(rows, fits, p, time.perf_counter() - start_wall, time.process_time() - start_cpu)
-    provenance = _provenance(p, device)
+    provenance = _provenance(p, device, commit)
     provenance["load_average_at_start"] = load_start
-    provenance["git_commit"] = commit
     provenance["threads"] = threads_used
     why = " ".join(_pin_allocator.__doc__.split("\n\n")[1].split())
     provenance["allocator"] = {"glibc mallopt": allocator, "why": why} if allocator else "the platform's default"
@@ -635,14 +617,12 @@ def _summary(rows, fits, p, wall_s, cpu_s) -> dict:
     )
 
 
-def _provenance(p, device) -> dict:
+def _provenance(p, device, commit: str) -> dict:
     sizes = {k: v for k, v in p.items() if k not in ("budget", "name")}
     clock = {"cpu": "process CPU time (time.process_time_ns) of the bursts", "wall": "wall clock (perf_counter)",
              "cuda": "CUDA events around each burst"}[p["clock"]]
     return dict(
-        device=device.type, device_name=_device_name(device), torch=torch.__version__, cuda=torch.version.cuda,
-        python=platform.python_version(), platform=platform.platform(), cpu_count=os.cpu_count(),
-        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), git_commit=git_commit(),
+        **machine(device, commit=commit),
         preset=p["name"], sizes=sizes, dtype=p["dtype"], threads=torch.get_num_threads() if device.type == "cpu"
         else None, memory_budget_bytes=p["budget"], versions=_versions(),
         command=" ".join([Path(sys.argv[0]).name] + sys.argv[1:]) if sys.argv else None,
@@ -654,7 +634,7 @@ def _provenance(p, device) -> dict:
                 f"(up to {p['retries']} times, the quieter attempt kept) and flagged noisy if it stays over"),
         peak=("max bytes allocated during one call above what was allocated before it (CPU profiler "
               "allocation events, all calls of one L in one profiler session; CUDA allocator stats)"),
-        load_average=os.getloadavg() if hasattr(os, "getloadavg") else None,  # 1, 5, 15 min, at the end
+        load_average=load_average(),  # 1, 5, 15 min, at the end
     )
 
 

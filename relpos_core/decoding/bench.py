@@ -26,10 +26,7 @@ Failures are recorded with their reason, never dropped.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import os
-import platform
 import time
 import warnings
 from pathlib import Path
@@ -41,7 +38,7 @@ from relpos_core.kernels.forms import BACKENDS
 from relpos_core.decoding.model import SCHEMES, Decoder, DecoderConfig, decode_paths
 from relpos_core.measure import guard
 from relpos_core.measure.timing import measure_time
-from relpos_core.provenance import git_commit
+from relpos_core.provenance import git_commit, load_average, machine
 
 __all__ = ["PRESETS", "benchmark_cases", "run_decode_benchmark", "default_output", "load_result",
            "throughput_ratios", "main"]
@@ -86,19 +83,11 @@ def _prefill_path(scheme: str) -> tuple[str, str]:
 
 
 
-def _load_average():
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-
-
 def _provenance(preset: str, p: dict, device: torch.device, compiled: bool, load_start, seconds: float,
                 commit: str) -> dict:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor()
-                                                                             or platform.machine())
-    return dict(device=device.type, device_name=name, torch=torch.__version__, cuda=torch.version.cuda,
-                python=platform.python_version(), platform=platform.platform(),
-                date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), git_commit=commit,
-                preset=preset, sizes=dict(p), threads=torch.get_num_threads(), cpu_count=os.cpu_count(),
-                load_average_start=load_start, load_average_end=_load_average(), wall_seconds=round(seconds, 1),
+    return dict(**machine(device, commit=commit),
+                preset=preset, sizes=dict(p), threads=torch.get_num_threads(),
+                load_average_start=load_start, load_average_end=load_average(), wall_seconds=round(seconds, 1),
                 flex_compiled=compiled,
                 timing=("per context, every case is timed once per round (repeats rounds, side by side); "
                         "a round is the mean of iters decode steps (warmup calls before round 1); a case's "
@@ -127,7 +116,7 @@ def run_decode_benchmark(preset: str = "cpu", *, device=None, schemes=None, back
     previous_threads = torch.get_num_threads()
     if p["threads"] is not None:
         torch.set_num_threads(p["threads"])
-    load_start, start, commit = _load_average(), time.perf_counter(), git_commit()  # the code that runs
+    load_start, start, commit = load_average(), time.perf_counter(), git_commit()  # the code that runs
     try:
         results = _run_cases(p, device, dtype, benchmark_cases(schemes, backends), compiled, progress, seed)
         provenance = _provenance(preset, p, device, compiled, load_start, time.perf_counter() - start, commit)

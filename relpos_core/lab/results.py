@@ -15,16 +15,13 @@ Accuracy over seeds is summarised as mean, sample standard deviation, min and ma
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
-import os
-import platform
 from pathlib import Path
 
 import torch
 
-from ..provenance import git_commit
+from ..provenance import git_commit, machine
 
 __all__ = [
     "FORMAT",
@@ -53,18 +50,11 @@ def build_results(preset, seeds, run_output: dict, *, command: str | None = None
     """The results object for ``run_output`` (from ``train.run_preset``). Pass ``commit``
     (``git_commit()`` taken before training) so edits made while it ran do not count."""
     provenance = {
-        "device": "cpu",
-        "device_name": platform.processor() or platform.machine() or "cpu",
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": commit if commit is not None else git_commit(),
+        **machine("cpu", commit=commit),  # the lab trains on the CPU
         "preset": preset.name,
         "seeds": list(seeds),
         "threads": run_output.get("threads"),
         "workers": run_output.get("workers", 1),
-        "cpu_count": os.cpu_count(),
         "wall_s": run_output["wall_s"],
         "cpu_s": run_output.get("cpu_s"),
         "command": command,
