@@ -37,12 +37,14 @@ import torch
 
 from relpos_core.kernels import gather, sdpa
 from relpos_core.kernels.forms import prepare_qk
-from relpos_core.terms import QueryVectors, ScalarSlopes, ScalarTable
+from relpos_core.terms import PairScalar, QueryVectors, ScalarSlopes, ScalarTable
 
 __all__ = [
     "FlexCPUBackwardWarning",
     "BLOCK_SIZE",
     "compiled_flex_attention",
+    "run_compiled",
+    "recompile_limits",
     "causal_block_mask",
     "full_block_mask",
     "build_score_mod",
@@ -58,26 +60,48 @@ class FlexCPUBackwardWarning(UserWarning):
 
 
 _COMPILED: list = []
+RECOMPILE_LIMIT = 64
 
 
 def compiled_flex_attention():
     """The one shared ``torch.compile(flex_attention)`` (compiled lazily on first use).
 
-    Raises dynamo's recompile limit to at least 64: every new score_mod structure and every
-    new shape adds a cache entry, and at the default limit of 8 dynamo would silently fall
-    back to the slow eager path. ``dynamic=False``: each shape compiles a static kernel
-    (torch 2.13's dynamic-shape CPU template fails to build: a C++ codegen error).
+    ``dynamic=False``: each shape compiles a static kernel (torch 2.13's dynamic-shape CPU
+    template fails to build: a C++ codegen error). Call it through ``run_compiled``, which
+    raises dynamo's recompile limit for the duration of the call only.
     """
     if not _COMPILED:
-        import torch._dynamo
         from torch.nn.attention.flex_attention import flex_attention
 
-        cfg = torch._dynamo.config
-        for name in ("recompile_limit", "cache_size_limit"):
-            if hasattr(cfg, name):
-                setattr(cfg, name, max(getattr(cfg, name), 64))
         _COMPILED.append(torch.compile(flex_attention, dynamic=False))
     return _COMPILED[0]
+
+
+def recompile_limits(n: int = RECOMPILE_LIMIT):
+    """Dynamo's recompile limits raised to at least ``n``, as a ``config.patch`` context.
+
+    Every new score_mod structure and shape adds a cache entry to the one compiled
+    function, and at dynamo's default limit of 8 it would fall back, silently, to
+    FlexAttention's slow eager path. ``run_compiled`` patches it for one call and a
+    benchmark for its run: no process-wide setting is left changed.
+    """
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    names = [name for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                               "accumulated_cache_size_limit") if hasattr(cfg, name)]
+    return cfg.patch(**{name: max(getattr(cfg, name), n) for name in names})
+
+
+def run_compiled(*args, **kwargs):
+    """``compiled_flex_attention()(*args, **kwargs)``, or plain ``flex_attention`` when the caller is
+    itself being compiled (torch.compile of a model that calls ``rp.attend`` compiles it in place)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if torch.compiler.is_compiling():
+        return flex_attention(*args, **kwargs)
+    with recompile_limits():
+        return compiled_flex_attention()(*args, **kwargs)
 
 
 def full_block_mask(query_len: int, key_len: int, device, block_size: int = BLOCK_SIZE):
@@ -211,6 +235,12 @@ def build_score_mod(term, form: str, q, k, pos, *, causal_in_score_mod: bool = F
             ids = piece.ids(per_pair.clone())  # (Lq, Lk) the bucket-id tensor
             table = piece.table.float().contiguous()  # (H, n)
             adders.append(lambda b, h, qi, ki, off, t=table, ids=ids: t[h, ids[qi, ki]])
+        elif isinstance(piece, PairScalar):  # FIRE: one value per pair, read per pair (naive form only)
+            vals = piece.pair_values(pos.query, pos.key, torch.float32).reshape(H, Lq * Lk)  # (H, Lq Lk)
+            adders.append(lambda b, h, qi, ki, off, t=vals: t[h, qi * Lk + ki])
+        elif per_pair is not None:  # a function of the offset, evaluated per pair (naive form)
+            vals = piece.values(per_pair, torch.float32).reshape(H, Lq * Lk).contiguous()  # (H, Lq Lk)
+            adders.append(lambda b, h, qi, ki, off, t=vals: t[h, qi * Lk + ki])
         else:
             vals = gather.per_offset_values(piece, pos, torch.float32).contiguous()  # (H, R_off) fp32
             adders.append(lambda b, h, qi, ki, off, t=vals: t[h, off - lo])
@@ -278,7 +308,7 @@ def attention(q, k, v, term, *, form: str, pos, causal: bool, compiled: bool = T
     else:
         block_mask = full_block_mask(pos.query_len, pos.key_len, q.device)
     if compiled:
-        fn = compiled_flex_attention()
+        fn = run_compiled
     else:
         from torch.nn.attention.flex_attention import flex_attention as fn
     extra = {"kernel_options": kernel_options} if kernel_options else {}
