@@ -92,10 +92,13 @@ def _check_term(term: PositionTerm, q: torch.Tensor) -> None:
 
 
 def choose_form(term: PositionTerm, form: str | None) -> str:
-    """``form=None``: "none" for a term with nothing to form (no position, RoPE), else "gather"."""
+    """``form=None``: "none" for a term with nothing to form (no position, RoPE), "naive" for a term
+    with no per-offset table (FIRE), else "gather"."""
     if form is not None:
         return check_choice("form", form, FORMS)
-    return "gather" if (term.has_logit_terms or term.value is not None) else "none"
+    if not (term.has_logit_terms or term.value is not None):
+        return "none"
+    return "gather" if term.offset_only else "naive"
 
 
 def _check_finite(tensors) -> None:

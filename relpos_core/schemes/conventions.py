@@ -35,7 +35,8 @@ def table_markdown(rows: list[dict]) -> str:
     header = ["scheme", "paper", "convention", "formula", "positive means", "code"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
-        cells = [r["scheme"], r["paper"], f"`{r['convention']}`", f"${r['formula']}$", r["positive_means"],
+        formula = r["formula"].replace("|", r"\vert ")  # a bare | would end the table cell
+        cells = [r["scheme"], r["paper"], f"`{r['convention']}`", f"${formula}$", r["positive_means"],
                  f"`{r['code']}`"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -44,7 +44,9 @@ def _kernel(kind: str, r1: torch.Tensor, r2: torch.Tensor):
         distance = offsets.to(dtype).abs_()  # |i - j|
         if kind == "log":
             return -a * torch.log1p(b * distance)  # (H, ...)
-        return -a * distance.pow(b)  # (H, ...)
+        # |i - j|^r2 is 0 at distance 0; the ones there keep its gradient 0 rather than 0 * log 0 = NaN
+        safe = torch.where(distance > 0, distance, torch.ones_like(distance))
+        return -a * torch.where(distance > 0, safe.pow(b), torch.zeros_like(distance))  # (H, ...)
 
     return fn
 
@@ -123,7 +125,7 @@ class KerplePosition(PositionModule):
 
 SCHEME = Scheme(
     name="kerple_log", display="Kerple (log)", paper="Chi et al. 2022", cite="chi2022kerple", chapter=None,
-    convention="query_minus_key", formula=r"-r_1 \log\big(1 + r_2\, |i - j|\big)",
+    convention="query_minus_key", formula=r"-r_1 \log\big(1 + r_2 \lvert i - j \rvert\big)",
     code="relpos_core.schemes.kerple_log.kerple_bias", injects="scalar on the logit",
     summary="a learned logarithmic kernel of the distance per head",
     example=example, options=KerpleOptions, module=KerplePosition, order=80,

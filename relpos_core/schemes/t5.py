@@ -431,7 +431,7 @@ SCHEME = Scheme(
     convention="key_minus_query", formula=r"\text{table}[\text{bucket}(j - i),\, h]",
     code="relpos_core.schemes.t5.t5_relative_bucket", injects="scalar on the logit",
     summary="a learned scalar per head and log-spaced distance bucket",
-    distance=Distance("max_distance", "distances beyond it share the last bucket", small=16, medium=128, large=128,
-                      minimum=9),
+    distance=Distance("max_distance", "distances beyond it share the last bucket", small=32, medium=128, large=128,
+                      minimum=17),
     example=example, options=T5Options, module=T5Position, order=40,
 )
