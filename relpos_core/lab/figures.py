@@ -254,7 +254,7 @@ def save_plots(results: dict, out_dir, stem: str) -> list[str]:
             mean = [row[m]["mean"] for m in mults]
             err = [[row[m]["mean"] - row[m]["min"] for m in mults], [row[m]["max"] - row[m]["mean"] for m in mults]]
             ax.errorbar(mults, mean, yerr=err, marker="o", capsize=3, label=LABELS.get(row["variant"], row["variant"]),
-                        linestyle="--" if row["variant"] in _RELATIVE_DASH else "-")
+                        linestyle="-" if _dash(row["variant"]) == "solid" else "--")
         ax.set_xscale("log", base=2)
         ax.set_xticks(mults, [f"{m}x" for m in mults])
         ax.set_ylim(0, 1.05)
