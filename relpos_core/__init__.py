@@ -17,7 +17,7 @@ closes a circle):
    (chapter 9), ``rp.figures`` (plotly and ipywidgets load lazily), ``relpos_core.bench``
    (the benchmark, imported on demand).
 """
-from . import budget, offsets, positions, terms  # noqa: I001  (layer order)
+from . import budget, offsets, outputs, positions, terms  # noqa: I001  (layer order)
 from . import kernels, schemes
 from . import measure, registry
 from .attend import attend
@@ -27,6 +27,6 @@ from .kernels.reference import attention, attention_weights
 from .offsets import relative_offsets
 
 __version__ = "0.1.0"
-__all__ = ["attend", "attention", "attention_weights", "relative_offsets", "budget", "offsets", "positions",
+__all__ = ["attend", "attention", "attention_weights", "relative_offsets", "budget", "offsets", "outputs", "positions",
            "terms", "schemes", "kernels", "registry", "measure", "models", "cache", "decoding", "failures", "lab",
            "figures"]

@@ -240,7 +240,8 @@ def test_untrained_rows_of_the_learned_table_stay_at_their_initial_values():
 @pytest.fixture(scope="module")
 def tiny_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("lab")
-    lab_main(["--preset", "tiny", "--seeds", "0", "1", "--out", str(out), "--no-progress", "--workers", "1"])
+    lab_main(["--preset", "tiny", "--seeds", "0", "1", "--out", str(out / "lab-tiny.json"), "--no-progress",
+              "--workers", "1"])
     return out, lab.results.load_results(out / "lab-tiny.json")
 
 
@@ -260,7 +261,8 @@ def test_cli_pipeline_end_to_end_on_the_tiny_preset(tiny_results):
         assert sum(t for _, t in r["eval"]["1"]["by_detail"].values()) == r["eval"]["1"]["labels"]
     for name in ("retrieval", "copy", "marker", "marker-detail", "position-detail"):
         assert (out / f"lab-tiny-{name}.png").stat().st_size > 1000
-    assert res["provenance"]["workers"] == 1
+    assert res["provenance"]["workers"] == 1 and res["complete"] is True
+    assert not (out / "lab-tiny.json.partial.jsonl").exists()
     table = lab.results.length_table(res, "marker")
     assert [row["variant"] for row in table][:2] == ["none", "absolute"]
     assert table[0][1]["n"] == 2
@@ -309,12 +311,48 @@ def test_cli_rejects_bad_arguments_before_training(argv, message, capsys, monkey
     assert message in capsys.readouterr().err
 
 
-def test_cli_rejects_an_output_path_that_is_a_file(tmp_path, capsys):
+def test_cli_checks_the_output_before_training(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(lab.train, "run_preset", lambda *a, **k: pytest.fail("training started"))
     target = tmp_path / "results.json"
     target.write_text("{}")
-    with pytest.raises(SystemExit):
-        lab_main(["--preset", "tiny", "--out", str(target)])
-    assert "argument --out: must be a folder" in capsys.readouterr().err
+    for argv, message in ((["--out", str(target)], "exists: pass --force"),
+                          (["--out", str(tmp_path)], "is a folder"),
+                          (["--out", str(tmp_path / "r.txt")], "must end in .json")):
+        with pytest.raises(SystemExit):
+            lab_main(["--preset", "tiny"] + argv)
+        assert message in capsys.readouterr().err
+    assert target.read_text() == "{}"  # nothing replaced
+
+
+def test_cli_never_writes_into_the_package_by_default(tmp_path, monkeypatch):
+    from relpos_core.outputs import Output, protected_folders
+
+    monkeypatch.chdir(rp.outputs.PACKAGE)  # a user running it from inside the package folder
+    default = Output.from_argument(None, tool="lab-tiny")
+    with pytest.raises(ValueError, match="committed results: name it with --out"):
+        default.check()
+    assert rp.outputs.PACKAGE in protected_folders()
+
+
+def test_ctrl_c_keeps_the_finished_runs(tmp_path, monkeypatch):
+    calls = []
+    real = lab.train.train_run
+
+    def train_then_interrupt(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lab.train, "train_run", train_then_interrupt)
+    out = tmp_path / "lab.json"
+    with pytest.raises(SystemExit) as exc:
+        lab_main(["--preset", "tiny", "--seeds", "0", "--out", str(out), "--no-progress", "--workers", "1",
+                  "--no-plots"])
+    assert exc.value.code == 130
+    res = lab.results.load_results(out)
+    assert res["complete"] is False and len(res["runs"]) == 2
+    assert [r["run_id"] for r in res["runs"]] == [s.run_id for s in get_preset("tiny").runs[:2]]
 
 
 def test_compare_is_seed_by_seed(tiny_results):

@@ -26,6 +26,7 @@ from ..provenance import git_commit, machine
 __all__ = [
     "FORMAT",
     "build_results",
+    "results_text",
     "save_results",
     "load_results",
     "records",
@@ -62,16 +63,21 @@ def build_results(preset, seeds, run_output: dict, *, command: str | None = None
     return {"format": FORMAT, "provenance": provenance, "preset": preset.to_dict(), "runs": run_output["runs"]}
 
 
-def save_results(results: dict, path) -> Path:
-    """Write ``results`` as JSON: provenance and preset indented, one line per run record."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def results_text(results: dict) -> str:
+    """``results`` as JSON text: provenance and preset indented, one line per run record."""
     head = {k: v for k, v in results.items() if k != "runs"}
     text = json.dumps(head, indent=1)[:-2] + ',\n "runs": [\n  '
     text += ",\n  ".join(json.dumps(r, separators=(",", ":")) for r in results["runs"]) + "\n ]\n}\n"
     if json.loads(text) != json.loads(json.dumps(results)):  # pragma: no cover - a formatting bug
-        raise RuntimeError("save_results: the compact layout does not read back as the same object")
-    path.write_text(text)
+        raise RuntimeError("results_text: the compact layout does not read back as the same object")
+    return text
+
+
+def save_results(results: dict, path) -> Path:
+    """Write ``results`` to ``path`` (``results_text``'s layout)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(results_text(results))
     return path
 
 

@@ -174,15 +174,17 @@ def _tables(model: Transformer) -> dict:
 
 
 def run_preset(preset: Preset, seeds=None, *, progress: bool = True, threads_per_run: int | None = 1,
-               workers: int = 1, keep_models: bool = False) -> dict:
+               workers: int = 1, keep_models: bool = False, on_record=None) -> dict:
     """Train every run of ``preset`` for every seed.
 
     ``workers > 1`` trains that many runs at a time in separate processes (spawned, each
     with ``threads_per_run`` torch threads). Every run is seeded on its own, so the
     records are the same whichever process trains them, and they come back in the
-    preset's order. Returns ``{"runs": [...], "wall_s", "cpu_s", "threads", "workers"}``,
-    ``cpu_s`` being the CPU time of all runs summed (plus ``"models"`` keyed by
-    (run_id, seed) when ``keep_models``, which needs ``workers == 1``).
+    preset's order. ``on_record(record)`` is called as each run finishes (in finishing
+    order), so a caller can keep it before the whole preset is done. Returns
+    ``{"runs": [...], "wall_s", "cpu_s", "threads", "workers"}``, ``cpu_s`` being the CPU
+    time of all runs summed (plus ``"models"`` keyed by (run_id, seed) when
+    ``keep_models``, which needs ``workers == 1``).
     """
     seeds = tuple(preset.seeds if seeds is None else seeds)
     if not seeds:
@@ -212,10 +214,12 @@ def run_preset(preset: Preset, seeds=None, *, progress: bool = True, threads_per
                     tick = None
                 record, model = train_run(preset, spec, seed, progress=tick)
                 runs.append(record)
+                if on_record is not None:
+                    on_record(record)
                 if keep_models:
                     models[(spec.run_id, seed)] = model
     else:
-        runs = _run_in_processes(preset, jobs, workers, threads_per_run, bar)
+        runs = _run_in_processes(preset, jobs, workers, threads_per_run, bar, on_record)
     if bar is not None:
         bar.close()
     out = {"runs": runs, "wall_s": round(time.perf_counter() - start, 2),
@@ -235,21 +239,30 @@ def _train_job(preset: Preset, spec: RunSpec, seed: int) -> dict:
     return record
 
 
-def _run_in_processes(preset, jobs, workers, threads_per_run, bar) -> list[dict]:
+def _run_in_processes(preset, jobs, workers, threads_per_run, bar, on_record=None) -> list[dict]:
     import concurrent.futures
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")  # fork is unsafe once torch has started threads
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                                initializer=_worker_init, initargs=(threads_per_run,)) as pool:
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                                  initializer=_worker_init, initargs=(threads_per_run,))
+    try:
         futures = [pool.submit(_train_job, preset, spec, seed) for spec, seed in jobs]
         steps = {f: preset.tasks[spec.task].steps for f, (spec, _) in zip(futures, jobs)}
         names = {f: f"{spec.run_id} seed {seed}" for f, (spec, seed) in zip(futures, jobs)}
         for future in concurrent.futures.as_completed(futures):
+            record = future.result()
+            if on_record is not None:
+                on_record(record)
             if bar is not None:
                 bar.set_description(f"done {names[future]}")
                 bar.update(steps[future])
         return [f.result() for f in futures]
+    except BaseException:  # Ctrl-C or a failed run: stop the others now, keep what finished (on_record)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def _progress_bar(total: int, desc: str):
