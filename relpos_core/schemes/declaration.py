@@ -1,7 +1,8 @@
 """What a scheme file declares, once: ``SCHEME = Scheme(...)``.
 
 Book: the list of schemes in every chapter table, the benchmark, the decoder and the lab
-are all read from these declarations (CONTRIBUTING.md, "Adding a scheme").
+are all read from these declarations (CONTRIBUTING.md, "Adding a scheme"); chapter 1's
+sign-convention table is built from them (chapters/01_why_relative_positions.ipynb).
 
 A scheme file in ``relpos_core/schemes`` (one per scheme; ``relpos_core.schemes`` finds
 it by itself) holds the scheme's maths (its ``position_term`` built from the pieces of

@@ -160,6 +160,8 @@ def shaw_attention(
         rel = relative_offsets(Lq, Lk, query_offset=query_offset, device=q.device)  # (Lq, Lk), j - i
         logits = logits.masked_fill(rel > 0, float("-inf"))  # future keys out
     probs = torch.softmax(logits, dim=-1)  # (B, H, Lq, Lk)
+    if causal:  # a query before every key sees none: weight 0, output 0 (not NaN), as rp.attend
+        probs = probs.masked_fill(torch.isneginf(logits).all(-1, keepdim=True), 0.0)
     out = probs @ v  # (B, H, Lq, d)
     if rel_value is not None:
         a_v = rel_value[idx]  # (Lq, Lk, d)
