@@ -81,19 +81,24 @@ def _broadcast_copy(B: int, H: int, R: int, d: int, es: int, per_head: bool) -> 
 
 
 def _rope(m: Ledger, n: int, X: int, d: int, es: int) -> None:
-    """apply_rope on x of X bytes and n positions; leaves the rotated x (X bytes) alive."""
-    m.transient(_F32 * n, _F32 * n * d // 2, _F32 * n * d, _F32 * n * d, _F32 * n * d)  # freqs, emb, cos, sin
-    tables = m.new(2 * n * d * _F32)  # cos, sin
-    if es != _F32:
-        m.transient(2 * n * d * es)
-    a = m.new(X)  # x * cos
-    neg = m.new(X // 2)  # -x2
-    c = m.new(X)  # rotate_half(x) = cat((-x2, x1))
-    m.drop(neg)
-    b = m.new(X)  # rotate_half(x) * sin
-    m.drop(c)
-    m.new(X)  # the sum: kept
-    m.drop(a, b, tables)
+    """kernels.rotary.rotate on x of X bytes and n positions; leaves the rotated x (X bytes) alive."""
+    ws = 8 if es == 8 else 4  # the angles are float32 (float64 for float64 inputs)
+    half = n * (d // 2)
+    m.transient(_I64 * (d // 2), 3 * ws * (d // 2))  # the inverse frequencies' steps
+    inv = m.new(ws * (d // 2))
+    p = m.new(ws * n)  # the positions as floats
+    angle = m.new(ws * half)
+    m.drop(p)
+    cos, sin = m.new(ws * half), m.new(ws * half)
+    cast = m.new(2 * es * half) if es != ws else 0  # cos and sin in x's dtype
+    a, b = m.new(X // 2), m.new(X // 2)  # x1 cos, x2 sin
+    first = m.new(X // 2)  # their difference
+    m.drop(a, b)
+    a, b = m.new(X // 2), m.new(X // 2)  # x1 sin, x2 cos
+    second = m.new(X // 2)  # their sum
+    m.drop(a, b)
+    m.new(X)  # the two halves concatenated: kept
+    m.drop(first, second, angle, cos, sin, cast, inv)
 
 
 def _vector_pieces(m: Ledger, term, form: str, *, B, H, Lq, Lk, d, es, n_off) -> int:

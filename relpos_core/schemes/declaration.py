@@ -24,7 +24,10 @@ everything the rest of the library needs to know about it:
   the ``PositionModule`` subclass; ``variants``: named settings that behave like a
   scheme of their own (Shaw with the key table only is ``shaw_key``);
 * ``caches``: what a KV cache keeps per token for it (chapter 7's table), and
-  ``not_decoded``: why a decoder cannot use it (None when it can).
+  ``not_decoded``: why a decoder cannot use it (None when it can);
+* ``benchmark_module`` (optional): the Hugging Face module of the scheme and the same
+  module with its attention on ``rp.attend`` (``BenchmarkModule``), which the benchmark
+  times side by side.
 """
 from __future__ import annotations
 
@@ -37,8 +40,8 @@ import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_int
 
-__all__ = ["Scheme", "Variant", "Distance", "ModelShape", "PositionModule", "INJECTS", "PRESET_SIZES",
-           "make_options"]
+__all__ = ["Scheme", "Variant", "Distance", "ModelShape", "PositionModule", "BenchmarkModule", "INJECTS",
+           "PRESET_SIZES", "make_options"]
 
 INJECTS = ("nothing", "input", "scalar on the logit", "vector on the logit", "output", "rotation of q and k")
 CONVENTIONS = ("key_minus_query", "query_minus_key", "none")
@@ -119,6 +122,22 @@ class PositionModule(nn.Module):
 
 
 @dataclass(frozen=True)
+class BenchmarkModule:
+    """A Hugging Face module (built from a config, random weights) and what the same module needs to run
+    its attention on ``rp.attend`` (the benchmark calls ``rp.attend`` itself).
+
+    ``hf(hidden)``: the module's output (B, L, H d) for hidden states (B, L, H d);
+    ``prepare(hidden)``: (q, k, v, term) from the module's own projections and tables;
+    ``finish(ctx, hidden)``: the module's output from the attention's (B, H, L, d) result.
+    """
+
+    label: str
+    hf: Callable
+    prepare: Callable
+    finish: Callable
+
+
+@dataclass(frozen=True)
 class Variant:
     """Named settings of a scheme that the registry, the benchmark and the lab treat as a scheme.
 
@@ -157,6 +176,7 @@ class Scheme:
     not_decoded: str | None = None
     variants: tuple = ()
     order: int = 100
+    benchmark_module: Callable | None = None
 
     def __post_init__(self):
         check_choice("convention", self.convention, CONVENTIONS)
