@@ -75,6 +75,17 @@ def _rows_bytes(rows, n: int) -> int:
     return rows.work_bytes(n)
 
 
+_LAST_THREADS = [1]
+
+
+def _threads() -> int:
+    """torch's intra-op thread count; inside torch.compile the count of the last eager call (reading it
+    there would break the graph), so a compiled ``rp.attend`` counts what an eager one does."""
+    if not torch.compiler.is_compiling():
+        _LAST_THREADS[0] = torch.get_num_threads()
+    return _LAST_THREADS[0]
+
+
 def _broadcast_copy(B: int, H: int, R: int, d: int, es: int, per_head: bool) -> int:
     """x (B, H, n, d) @ E^T with a per-head E (H, d, R): matmul expands E to (B, H, d, R), a copy when B > 1."""
     return B * H * R * d * es if per_head and B > 1 else 0
@@ -265,7 +276,7 @@ def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: in
     ``num_offsets``: distinct offsets of the call (default Lq + Lk - 1, contiguous positions).
     """
     es = dtype_size(dtype)
-    threads = torch.get_num_threads() if threads is None else threads
+    threads = _threads() if threads is None else threads
     n_off = Lq + Lk - 1 if num_offsets is None else num_offsets
     S, Xq, Xk, P = B * H * Lq * Lk * es, B * H * Lq * d * es, B * H * Lk * d * es, Lq * Lk
     m = Ledger(keep_all=grad)
