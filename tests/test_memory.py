@@ -114,3 +114,18 @@ def test_counts_grow_as_the_formulas_say():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert analytic_bytes("rope", "none", "sdpa", B=1, H=1, Lq=4096, Lk=4096, d=64) < 16 * MiB
+
+
+def test_the_block_mask_of_explicit_positions_is_counted():
+    """Causal FlexAttention with gapped key positions builds its BlockMask from a dense [Lq, Lk] evaluation
+    (create_block_mask): measured here, and in the count the guard uses."""
+    from relpos_core.kernels import flex
+
+    L = 512
+    kept = torch.cat([torch.arange(2), torch.arange(10, L + 8)])  # two sinks, then a window: not a run
+    pos = rp.positions.resolve_positions(L, L, key_positions=kept)
+    measured = measure_peak_memory(lambda: flex.causal_block_mask(pos))
+    term = registry.example_term("alibi", num_heads=H, head_dim=16, k=6)
+    gapped = peak_bytes(term, "gather", "flex", B=1, H=H, Lq=L, Lk=L, d=16, causal=True, contiguous=False)
+    runs = peak_bytes(term, "gather", "flex", B=1, H=H, Lq=L, Lk=L, d=16, causal=True, contiguous=True)
+    assert measured > 9 * L * L and runs < measured <= gapped  # the count of a gapped call holds the evaluation

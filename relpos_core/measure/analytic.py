@@ -291,7 +291,10 @@ def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: in
     sizes = dict(B=B, H=H, Lq=Lq, Lk=Lk, d=d, es=es, n_off=n_off)
     if backend == "flex" and not (grad and device_type == "cpu"):
         _flex_tables(m, term, form, **sizes)
-        m.transient(64 * (-(-Lq // 128)) * (-(-Lk // 128)) + 1024)  # block-mask tables
+        tiles = 64 * (-(-Lq // 128)) * (-(-Lk // 128)) + 1024  # the block-mask tables
+        if causal and not contiguous:  # create_block_mask evaluates the mask at every pair: 10 bytes a pair (CPU)
+            tiles += 10 * Lq * Lk
+        m.transient(tiles)
         m.new(Xq)  # the output
         _flex_kernel(m, B=B, H=H, Lq=Lq, Lk=Lk, d=d, es=es, device_type=device_type, threads=threads,
                      compiled=compiled)
