@@ -439,3 +439,12 @@ def test_quick_preset_on_cuda(tmp_path):
     for r in ok:  # the fused kernels keep their tiles on chip: the ledger counts the rest
         if r["mode"] == "forward" and r["backend"] == "eager":
             assert abs(r["peak_over_analytic"] - 1) < 0.10, r
+
+
+def test_the_hugging_face_rows_are_guarded():
+    """A module row of HF's eager module is refused over the budget like any path, before it runs."""
+    preset = bench.resolve_preset("quick", lengths=[64])
+    x = bench_cases.make_inputs(preset, 64, torch.device("cpu"), torch.float32)
+    case = bench_cases.Case("t5", "hf", "transformers", mode="module")
+    with rp.budget.memory_budget(10_000), pytest.raises(rp.budget.MemoryBudgetError, match="T5Attention"):
+        bench_cases.make_call(case, preset, 64, x, torch.device("cpu"), torch.float32, compiled=False)

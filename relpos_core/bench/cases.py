@@ -29,6 +29,7 @@ import torch
 import relpos_core.registry as registry
 from relpos_core import schemes
 from relpos_core.attend import attend
+from relpos_core.budget import check_memory
 from relpos_core.kernels import flex
 from relpos_core.measure.analytic import analytic_bytes, peak_bytes
 from relpos_core.positions import resolve_positions
@@ -203,6 +204,13 @@ def _module_call(case: Case, preset: dict, x: dict, device, dtype, *, compiled, 
     module = _module(case.scheme, preset, device, dtype, x["generator"])
     hidden = x["hidden"]  # (B, L, H d)
     if case.backend == "transformers":
+        # Hugging Face's eager module builds its bias and scores per pair, as the naive eager path does: the
+        # guard counts that path's bytes for it before it runs (a lower bound: the module's own copies add more)
+        B, L = hidden.shape[0], hidden.shape[1]
+        need = analytic_bytes(case.scheme, "naive", "eager", B=B, H=preset["H"], Lq=L, Lk=L, d=preset["d"],
+                              k=distance_parameter(case.scheme, preset, L) or 1, dtype=dtype, device_type=device.type)
+        check_memory(need, what=module.label, shape=(B, preset["H"], L, L), dtype=dtype,
+                     alternative="the same module with its attention on rp.attend (the module rows' other paths)")
         return lambda: module.hf(hidden)  # (B, L, H d)
     opts = dict(compiled=compiled, kernel_options=kernel_options) if case.backend == "flex" else {}
 
