@@ -6,7 +6,7 @@ Book: chapter 10, "Experiments" (chapters/10_experiments.ipynb).
   and nbval (well under 30 s on 2 CPU cores). Its accuracies mean nothing.
 * ``book``: the chapter's preset: every model of every experiment, trained long enough
   that the good schemes are near perfect at the training length (about 4 minutes for one
-  seed on 2 CPU cores with the default two worker processes: 237 s measured, 354 s CPU).
+  seed on 2 CPU cores with the default two worker processes).
 * ``full``: the same runs with four times the steps and larger evaluation sets, for a
   longer CPU run or a GPU.
 
