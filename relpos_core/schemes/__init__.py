@@ -58,6 +58,12 @@ class Entry:
         return self.variant.display if self.variant is not None else self.scheme.display
 
     @property
+    def short(self) -> str:
+        """A compact label: the declaration's ``short``, else its ``display``."""
+        item = self.variant if self.variant is not None else self.scheme
+        return item.short or item.display
+
+    @property
     def summary(self) -> str:
         return (self.variant.summary or self.scheme.summary) if self.variant is not None else self.scheme.summary
 

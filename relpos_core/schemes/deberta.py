@@ -700,5 +700,6 @@ SCHEME = Scheme(
                  "to keys on both sides; the paper has no causal form to decode with"),
     example=example, options=DeBERTaOptions, module=DeBERTaPosition, order=50, benchmark_module=benchmark_module,
     variants=(Variant("deberta_emd", "DeBERTa + EMD", dict(emd=True),
-                      "DeBERTa with the Enhanced Mask Decoder's absolute positions at the output", model_only=True),),
+                      "DeBERTa with the Enhanced Mask Decoder's absolute positions at the output", model_only=True,
+                      short="DeBERTa+EMD"),),
 )

@@ -10,7 +10,8 @@ it by itself) holds the scheme's maths (its ``position_term`` built from the pie
 and returns each layer's term (the x-transformers pattern), and a ``Scheme`` record with
 everything the rest of the library needs to know about it:
 
-* who: ``name`` (the registry's name), ``display`` (figures and tables), ``paper`` and
+* who: ``name`` (the registry's name), ``display`` (figures and tables) and ``short`` (crowded
+  figures), ``paper`` and
   ``cite`` (the key in references.bib), ``chapter`` (the notebook that teaches it);
 * its offsets: ``convention`` ("key_minus_query", "query_minus_key" or "none") and
   ``formula`` (the sign-convention table of chapter 1 is built from these);
@@ -151,6 +152,7 @@ class Variant:
     options: dict
     summary: str = ""
     model_only: bool = False
+    short: str = ""  # a compact label for crowded figures (default: ``display``)
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ class Scheme:
     variants: tuple = ()
     order: int = 100
     benchmark_module: Callable | None = None
+    short: str = ""  # a compact label for crowded figures (default: ``display``)
 
     def __post_init__(self):
         check_choice("convention", self.convention, CONVENTIONS)
