@@ -7,9 +7,10 @@ sit), ``rp.kernels`` (how: forms and backends), ``rp.attend`` (the one entry poi
 ``rp.registry`` (which paths exist), ``rp.measure`` (bytes and time), ``rp.figures``
 (heatmaps and sliders; plotly and ipywidgets load lazily, on first use),
 ``rp.decoding`` (a small decoder per scheme, its KV cache, eviction, bytes and speed),
-``rp.failures`` (the checks that catch each failure mode of chapter 9).
+``rp.failures`` (the checks that catch each failure mode of chapter 9),
+``rp.resources`` (the committed data the chapters read, shipped with the package).
 """
-from . import failures, figures, kernels, lab, measure, offsets, positions, registry, schemes, terms
+from . import failures, figures, kernels, lab, measure, offsets, positions, registry, resources, schemes, terms
 from .attend import attend
 from . import decoding  # noqa: E402  (uses attend and the schemes)
 from .attention import attention, attention_weights
@@ -17,4 +18,4 @@ from .offsets import relative_offsets
 
 __version__ = "0.1.0"
 __all__ = ["attend", "attention", "attention_weights", "relative_offsets", "offsets", "positions", "terms",
-           "schemes", "kernels", "registry", "measure", "decoding", "failures", "lab", "figures"]
+           "schemes", "kernels", "registry", "measure", "decoding", "failures", "lab", "figures", "resources"]

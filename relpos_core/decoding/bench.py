@@ -98,13 +98,18 @@ def _provenance(preset: str, p: dict, device: torch.device, compiled: bool, load
 
 def run_decode_benchmark(preset: str = "cpu", *, device=None, schemes=None, backends=None, contexts=None,
                          compiled: bool = True, threads: int | None = None, progress: bool = True,
-                         seed: int = 0) -> dict:
+                         seed: int = 0, dtype=None) -> dict:
     """Run every case at every context length; returns ``dict(provenance=..., results=[...])``.
 
     ``threads``: torch's CPU threads during the run (default: the preset's; restored after).
+    ``dtype``: instead of the preset's (a GPU below sm80 takes float16, not bfloat16:
+    ``rp.measure.device.pick().dtype``); recorded in the provenance's sizes.
     """
     check_choice("preset", preset, tuple(PRESETS))
     p = dict(PRESETS[preset])
+    if dtype is not None:
+        p["dtype"] = check_choice("dtype", str(dtype).replace("torch.", ""),
+                                  ("float32", "float64", "float16", "bfloat16"))
     if contexts is not None:
         p["contexts"] = [check_positive_int("contexts[i]", int(c)) for c in contexts]
     device = torch.device(device if device is not None else ("cuda" if preset == "gpu" else "cpu"))
@@ -199,8 +204,13 @@ def default_output(preset: str = "cpu") -> Path:
 
 
 def load_result(path=None) -> dict:
-    """A saved benchmark (default: the committed CPU run); ValueError naming the path when missing."""
-    path = Path(default_output("cpu") if path is None else path)
+    """A saved benchmark (default: the committed CPU run, ``kv_decode_cpu.json`` shipped with the
+    package, see ``relpos_core.resources``); ValueError naming the path when missing."""
+    if path is None:
+        from relpos_core import resources
+
+        return resources.load_json("kv_decode_cpu.json")
+    path = Path(path)
     if not path.is_file():
         raise ValueError(f"path must name a saved benchmark; {path} does not exist "
                          f"(run: python -m relpos_core.decoding --bench)")
