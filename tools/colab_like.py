@@ -170,7 +170,7 @@ def main(argv=None) -> int:
               f"under {run}", flush=True)
         command = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval-lax",
                    "--nbval-current-env", f"--nbval-cell-timeout={args.cell_timeout}", "-n", args.workers,
-                   "--dist", "loadfile", "--rootdir", str(run), str(run)]
+                   "--dist", "loadfile", "--durations=5", "--rootdir", str(run), str(run)]
         status = subprocess.run(command, cwd=run, env=env).returncode
         kernels = [json.loads(p.read_text()) for p in sorted(log.glob("kernel-*.json"))]
         ran = {name for k in kernels for name in k["notebooks"]}
