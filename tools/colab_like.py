@@ -13,7 +13,10 @@ script does the same without the network (``make test`` runs it):
    files are not read from there, so the project's editable install of relpos_core is
    invisible);
 4. copies each notebook (``intro.ipynb``, ``chapters/*.ipynb``) alone into an empty
-   folder and executes it with nbval (``--nbval-lax``, a cell timeout).
+   folder and executes it with nbval (``--nbval-lax``, a cell timeout). One cell is
+   appended to each copy: it moves every live slider the page made (``rp.figures.slider``)
+   to each of its values after the whole page ran, as a reader does, and fails if a
+   figure function no longer works then (a later cell rebound a name it reads).
 
 An IPython start-up file in every kernel checks, before the first cell, that
 ``relpos_core`` is the wheel's copy, that no ``sys.path`` entry and no working folder lies
@@ -97,6 +100,21 @@ def _save():
 
 
 _save()
+
+# Every live slider the page makes, so the check cell at the end can move each one.
+import importlib  # noqa: E402
+
+_slider_module = importlib.import_module("relpos_core.figures.slider")
+_colab_like_sliders = []
+_slider_init = _slider_module.SliderFigure.__init__
+
+
+def _registering_init(self, *args, _init=_slider_init, **kwargs):
+    _init(self, *args, **kwargs)
+    _colab_like_sliders.append(self)
+
+
+_slider_module.SliderFigure.__init__ = _registering_init
 _stream = sys.stderr
 _write = _stream.write
 
@@ -110,6 +128,30 @@ def _recording_write(text, _write=_write):
 
 _stream.write = _recording_write
 '''
+
+
+# Appended to each copy (not to the page): a reader moves the sliders after running the page,
+# when later cells may have rebound names the figure function reads.
+SLIDER_CHECK = """# Added by tools/colab_like.py, not part of the page: every live slider of this page,
+# moved to each of its values after the whole page ran (what a reader's move recomputes).
+_colab_like_failures = []
+for _slider in _colab_like_sliders:
+    for _value in _slider.values:
+        try:
+            _slider._figure(_value)
+        except Exception as _err:
+            _colab_like_failures.append(f"{_slider.name} = {_value!r}: {type(_err).__name__}: {_err}")
+_record["sliders"] = len(_colab_like_sliders)
+_save()
+assert not _colab_like_failures, _colab_like_failures
+"""
+
+
+def copy_with_slider_check(source: Path, target: Path) -> None:
+    notebook = json.loads(source.read_text())
+    notebook["cells"].append({"cell_type": "code", "execution_count": None, "id": "colab-like-slider-check",
+                              "metadata": {}, "outputs": [], "source": SLIDER_CHECK.splitlines(keepends=True)})
+    target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
 
 
 def build_wheel(scratch: Path) -> Path:
@@ -149,7 +191,7 @@ def main(argv=None) -> int:
         for nb in notebooks:
             folder = run / nb.stem
             folder.mkdir(parents=True)
-            shutil.copy2(nb, folder / nb.name)
+            copy_with_slider_check(nb, folder / nb.name)
         startup = scratch / "ipython" / "profile_default" / "startup"
         startup.mkdir(parents=True)
         (startup / "00-colab-like.py").write_text(STARTUP)
@@ -182,8 +224,10 @@ def main(argv=None) -> int:
             if k["stderr"]:
                 print(f"colab-like: {k['notebooks']} wrote to stderr:\n" + "".join(k["stderr"]), file=sys.stderr)
                 status = status or 1
+        sliders = sum(k.get("sliders", 0) for k in kernels)
         print(f"colab-like: {len(kernels)} kernel(s) checked (relpos_core from the wheel, nothing of the "
-              f"repository on sys.path); {time.perf_counter() - started:.0f} s in all; exit {status}")
+              f"repository on sys.path); {sliders} live slider(s) moved to every value after their page ran; "
+              f"{time.perf_counter() - started:.0f} s in all; exit {status}")
         return status
     finally:
         if args.keep:

@@ -16,9 +16,11 @@ Every other request that leaves 127.0.0.1 is refused, so nothing else is fetched
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -67,7 +69,7 @@ NOTEBOOK_STATE = """() => {
   if (!panel || !panel.content || !panel.sessionContext || !panel.sessionContext.session) return null;
   const kernel = panel.sessionContext.session.kernel;
   const cells = panel.content.widgets.filter(w => w.model.type === 'code');
-  return {status: kernel ? kernel.status : 'none', cells: cells.length,
+  return {path: panel.context.path, status: kernel ? kernel.status : 'none', cells: cells.length,
           run: cells.filter(w => w.model.executionCount !== null).length};
 }"""
 
@@ -86,6 +88,15 @@ FIGURE_DATA = """(i) => {
 }"""
 
 
+
+
+def _shut_down_kernels(base: str, token: str) -> None:
+    headers = {"Authorization": f"token {token}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels", headers=headers)) as r:
+        kernels = json.load(r)
+    for kernel in kernels:
+        urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels/{kernel['id']}", method="DELETE",
+                                                      headers=headers))
 
 
 def _drag_to(page, index: int, end: str):
@@ -123,12 +134,15 @@ def test_every_live_slider_moves_its_figure(jupyter, browser, chapter):
 
     page.route("**/*", route)
     try:
-        page.goto(f"{base}/lab/tree/{chapter}?token={token}", wait_until="domcontentloaded", timeout=120_000)
-        _wait(page, "() => { const s = (" + NOTEBOOK_STATE + ")(); return s && s.status === 'idle'; }",
+        # a workspace of its own, reset: only this notebook open (JupyterLab restores layouts)
+        url = f"{base}/lab/workspaces/{Path(chapter).stem}/tree/{chapter}?token={token}&reset"
+        page.goto(url, wait_until="domcontentloaded", timeout=120_000)
+        mine = f"s && s.path === {json.dumps(chapter)}"
+        _wait(page, "() => { const s = (" + NOTEBOOK_STATE + ")(); return " + mine + " && s.status === 'idle'; }",
               120, "the notebook and an idle kernel")
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
         _wait(page, "() => { const s = (" + NOTEBOOK_STATE + ")(); "
-                    "return s && s.run === s.cells && s.status === 'idle'; }",
+                    "return " + mine + " && s.run === s.cells && s.status === 'idle'; }",
               RUN_TIMEOUT_S, f"every cell of {chapter} to run")
         n = _wait(page, SLIDERS, 60, "the ipywidgets sliders to render")
         assert n >= 1, f"{chapter}: no live slider rendered"
@@ -158,3 +172,4 @@ def test_every_live_slider_moves_its_figure(jupyter, browser, chapter):
         assert not page_errors, f"{chapter}: page errors: {page_errors}"
     finally:
         page.close()
+        _shut_down_kernels(base, token)  # the next page gets the CPU to itself
