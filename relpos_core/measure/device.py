@@ -72,7 +72,7 @@ def pick(device=None) -> DeviceChoice:
         else:
             dtype, why = torch.float16, (f"float16: below sm80 the fused SDPA kernels and Triton (FlexAttention) "
                                          f"take no bfloat16, so bfloat16 would time the unfused fallbacks")
-        sentence = f"Measured on {name} (CUDA, {sm}, torch {torch.__version__}) in {why}."
+        sentence = f"Live measurements here run on {name} (CUDA, {sm}, torch {torch.__version__}) in {why}."
         return DeviceChoice(device, dtype, name, capability, sentence)
     name = _cpu_name()
     threads = torch.get_num_threads()
@@ -80,8 +80,8 @@ def pick(device=None) -> DeviceChoice:
         why = f"torch {torch.__version__} is a CUDA build but sees no GPU"
     else:
         why = f"no GPU here (torch {torch.__version__}, a CPU build)"
-    sentence = (f"Measured on the CPU ({name}, {threads} thread(s) of {os.cpu_count()} cores) in float32: {why}; "
-                f"with a GPU (a Colab GPU runtime, say) the same cell measures on CUDA.")
+    sentence = (f"Live measurements here run on the CPU ({name}, {threads} thread(s) of {os.cpu_count()} cores) "
+                f"in float32: {why}; on a GPU runtime (Colab's, say) they run on CUDA.")
     return DeviceChoice(torch.device("cpu"), torch.float32, name, None, sentence)
 
 
