@@ -1,8 +1,10 @@
 """The device to measure on: CUDA when there is one, with the dtype its fused kernels take.
 
-Book: the chapters that measure, 7 ("The KV cache"), 8 ("What it costs") and 9 ("Failure
-modes"): a reader with a GPU (Colab, say) measures on it, and every such cell says which
-device ran and whether the kernel it timed was the fused one the text describes.
+Book: the chapters that measure, 7 ("The KV cache", chapters/07_the_kv_cache.ipynb), 8
+("What it costs", chapters/08_what_it_costs.ipynb) and 9 ("Failure modes",
+chapters/09_failure_modes.ipynb): a reader with a GPU (Colab, say) measures on it, and
+every such cell says which device ran and whether the kernel it timed was the fused one
+the text describes.
 
 * ``pick(device=None)``: a :class:`DeviceChoice`: CUDA when present (else the CPU), the
   dtype to measure in (bfloat16 on sm80 and newer, float16 on older GPUs, whose fused
