@@ -37,6 +37,7 @@ __all__ = [
     "bias_table_names",
     "distance_probe",
     "read_reference",
+    "REFERENCE",
 ]
 
 BEFORE_OFFSET = {"key_minus_query": -1, "query_minus_key": 1}  # the key before the query: j - i = -1, i - j = +1
@@ -238,8 +239,18 @@ def distance_probe(
     return out[:, :, 0, 0]  # (n, H): the weight on the target
 
 
-def read_reference(path: str | Path) -> tuple[dict, list[dict]]:
-    """(provenance, records) from a JSON-lines file whose first line is ``{"provenance": {...}}``."""
+#: the GPU reference data shipped with the package (relpos_core/data/README.md)
+REFERENCE = "h200-2026-11-30.jsonl"
+
+
+def read_reference(path: str | Path | None = None) -> tuple[dict, list[dict]]:
+    """(provenance, records) from a JSON-lines file whose first line is ``{"provenance": {...}}``;
+    default: the H200 reference data shipped with the package (``REFERENCE``, found by
+    ``relpos_core.resources``)."""
+    if path is None:
+        from relpos_core import resources
+
+        path = resources.path(REFERENCE)
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path must be an existing JSON-lines file, got {str(path)!r}")

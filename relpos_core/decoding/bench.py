@@ -111,15 +111,20 @@ def _provenance(preset: str, p: dict, device: torch.device, compiled: bool, load
 
 def run_decode_benchmark(preset: str = "cpu", *, device=None, schemes=None, backends=None, contexts=None,
                          compiled: bool = True, threads: int | None = None, progress: bool = True,
-                         seed: int = 0, on_row=None) -> dict:
+                         seed: int = 0, on_row=None, dtype=None) -> dict:
     """Run every case at every context length; returns ``dict(complete=, provenance=, results=[...])``.
 
     ``threads``: torch's CPU threads during the run (default: the preset's; restored after).
+    ``dtype``: instead of the preset's (a GPU below sm80 takes float16, not bfloat16:
+    ``rp.measure.device.pick().dtype``); recorded in the provenance's sizes.
     ``on_row(row)``: every row as soon as its context is done. Ctrl-C ends the run with the
     contexts that finished (and the current one's rounds so far), ``"complete": False``.
     """
     check_choice("preset", preset, tuple(PRESETS))
     p = dict(PRESETS[preset])
+    if dtype is not None:
+        p["dtype"] = check_choice("dtype", str(dtype).replace("torch.", ""),
+                                  ("float32", "float64", "float16", "bfloat16"))
     if contexts is not None:
         p["contexts"] = [check_positive_int("contexts[i]", int(c), max_value=MAX_CONTEXT) for c in contexts]
     device = torch.device(device if device is not None else ("cuda" if preset == "gpu" else "cpu"))
@@ -232,8 +237,13 @@ def _run_context(p, device, dtype, cases, context, compiled, progress, seed):
     return rows, finished
 
 
-def load_result(path) -> dict:
-    """A saved benchmark; ValueError naming the path when missing."""
+def load_result(path=None) -> dict:
+    """A saved benchmark (default: the committed CPU run, ``kv_decode_cpu.json`` shipped with the
+    package, see ``relpos_core.resources``); ValueError naming the path when missing."""
+    if path is None:
+        from relpos_core import resources
+
+        return resources.load_json("kv_decode_cpu.json")
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path must name a saved benchmark; {path} does not exist "

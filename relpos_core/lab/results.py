@@ -200,18 +200,12 @@ def cosine_similarity(table) -> torch.Tensor:
     return unit @ unit.T  # (R, R)
 
 
-def committed_path(name: str = "lab-book.json", start=None) -> Path:
-    """``data/lab/<name>`` in the repository: searched from ``start`` (default: the current
-    folder) upwards, so a chapter finds it whether it runs from ``chapters/`` or the root."""
-    here = Path.cwd() if start is None else Path(start)
-    for folder in (here, *here.resolve().parents):
-        candidate = folder / "data" / "lab" / name
-        if candidate.is_file():
-            return candidate
-    raise ValueError(
-        f"name must be a results file under data/lab/ of the relpos repository, but no data/lab/{name} "
-        f"was found above {str(here)!r}; clone the repository (the committed results are not part of the package)"
-    )
+def committed_path(name: str = "lab-book.json") -> Path:
+    """The committed results file ``name``, shipped with the package (``relpos_core/data/``,
+    found by ``relpos_core.resources``): the same wherever relpos_core is installed."""
+    from relpos_core import resources
+
+    return resources.path(name)
 
 
 def provenance_line(results: dict, path=None) -> str:
