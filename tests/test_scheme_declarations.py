@@ -76,6 +76,18 @@ def test_the_declaration_is_complete(name):
         assert s.distance.name in {f.name for f in dataclasses.fields(s.options)}
 
 
+def test_every_name_has_its_own_colour():
+    """Figures tell schemes apart by colour: no two registry names share one."""
+    colours = {name: schemes.lookup(name).color for name in schemes.names()}
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in colours.values()), colours
+    assert len(set(colours.values())) == len(colours), colours
+
+
+def test_a_bad_colour_is_refused():
+    with pytest.raises(ValueError, match="color must be '#rrggbb'"):
+        dataclasses.replace(schemes.SCHEMES["rope"], color="blue")
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_the_example_term_and_the_module_build(name):
     entry = schemes.lookup(name)

@@ -64,6 +64,11 @@ class Entry:
         return item.short or item.display
 
     @property
+    def color(self) -> str:
+        """The book's colour for it (``#rrggbb``): the variant's own, else the scheme's."""
+        return (self.variant.color if self.variant is not None else "") or self.scheme.color
+
+    @property
     def summary(self) -> str:
         return (self.variant.summary or self.scheme.summary) if self.variant is not None else self.scheme.summary
 

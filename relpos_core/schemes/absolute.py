@@ -178,7 +178,7 @@ def example(num_heads, head_dim, options, *, device=None, dtype=None, generator=
 
 
 SCHEME = Scheme(
-    name="absolute", short="sinusoidal", display="sinusoidal absolute", paper="Vaswani et al. 2017", cite="vaswani2017attention",
+    name="absolute", color="#999933", short="sinusoidal", display="sinusoidal absolute", paper="Vaswani et al. 2017", cite="vaswani2017attention",
     chapter="01_why_relative_positions", convention="none", formula=r"x_i + p_i",
     code="relpos_core.schemes.absolute.sinusoidal_position_embeddings", injects="input",
     summary="a fixed sinusoid added to each token",
@@ -186,5 +186,5 @@ SCHEME = Scheme(
     example=example, options=AbsoluteOptions, module=AbsolutePosition, order=10,
     variants=(Variant("learned", "learned absolute", dict(embedding="learned"),
                       "a trained vector per position added to each token (BERT, GPT-2)", model_only=True,
-                      short="learned"),),
+                      short="learned", color="#9467bd"),),
 )

@@ -135,7 +135,7 @@ class ALiBiPosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="alibi", display="ALiBi", paper="Press et al. 2022", cite="press2022alibi", chapter="06_rope_and_alibi",
+    name="alibi", color="#117733", display="ALiBi", paper="Press et al. 2022", cite="press2022alibi", chapter="06_rope_and_alibi",
     convention="query_minus_key", formula=r"-m_h\,(i - j)", code="relpos_core.schemes.alibi.alibi_bias",
     injects="scalar on the logit", summary="a fixed slope per head times the distance",
     example=example, options=ALiBiOptions, module=ALiBiPosition, order=60,

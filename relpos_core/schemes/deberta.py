@@ -691,7 +691,7 @@ def benchmark_module(num_heads: int, head_dim: int, att_span: int, *, device=Non
 
 
 SCHEME = Scheme(
-    name="deberta", display="DeBERTa", paper="He et al. 2021", cite="he2021deberta", chapter="05_deberta",
+    name="deberta", color="#ee3377", display="DeBERTa", paper="He et al. 2021", cite="he2021deberta", chapter="05_deberta",
     convention="query_minus_key", formula=r"\delta(i, j) = \operatorname{clip}(i - j, -k, k - 1) + k",
     code="relpos_core.schemes.deberta.deberta_delta_index", injects="vector on the logit",
     summary="content-to-position and position-to-content terms from one shared table",
@@ -701,5 +701,5 @@ SCHEME = Scheme(
     example=example, options=DeBERTaOptions, module=DeBERTaPosition, order=50, benchmark_module=benchmark_module,
     variants=(Variant("deberta_emd", "DeBERTa + EMD", dict(emd=True),
                       "DeBERTa with the Enhanced Mask Decoder's absolute positions at the output", model_only=True,
-                      short="DeBERTa+EMD"),),
+                      short="DeBERTa+EMD", color="#b8255f"),),
 )

@@ -33,6 +33,7 @@ everything the rest of the library needs to know about it:
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -153,6 +154,7 @@ class Variant:
     summary: str = ""
     model_only: bool = False
     short: str = ""  # a compact label for crowded figures (default: ``display``)
+    color: str = ""  # the book's colour for it, ``#rrggbb`` (default: the family's)
 
 
 @dataclass(frozen=True)
@@ -180,9 +182,13 @@ class Scheme:
     order: int = 100
     benchmark_module: Callable | None = None
     short: str = ""  # a compact label for crowded figures (default: ``display``)
+    color: str = "#8c8c8c"  # the one colour every figure of the book gives it, ``#rrggbb``
 
     def __post_init__(self):
         check_choice("convention", self.convention, CONVENTIONS)
+        for item in (self,) + tuple(self.variants):
+            if item.color and not re.fullmatch(r"#[0-9a-f]{6}", item.color):
+                raise ValueError(f"{item.name}: color must be '#rrggbb' in lower case, got {item.color!r}")
         check_choice("injects", self.injects, INJECTS)
         if not dataclasses.is_dataclass(self.options):
             raise ValueError(f"{self.name}: options must be a dataclass type, got {self.options!r}")

@@ -124,11 +124,11 @@ class KerplePosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="kerple_log", short="Kerple log", display="Kerple (log)", paper="Chi et al. 2022", cite="chi2022kerple", chapter=None,
+    name="kerple_log", color="#44aa99", short="Kerple log", display="Kerple (log)", paper="Chi et al. 2022", cite="chi2022kerple", chapter=None,
     convention="query_minus_key", formula=r"-r_1 \log\big(1 + r_2 \lvert i - j \rvert\big)",
     code="relpos_core.schemes.kerple_log.kerple_bias", injects="scalar on the logit",
     summary="a learned logarithmic kernel of the distance per head",
     example=example, options=KerpleOptions, module=KerplePosition, order=80,
     variants=(Variant("kerple_power", "Kerple (power)", dict(kernel="power"),
-                      "a learned power kernel of the distance per head", short="Kerple power"),),
+                      "a learned power kernel of the distance per head", short="Kerple power", color="#5fb38f"),),
 )

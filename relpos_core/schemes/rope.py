@@ -94,7 +94,7 @@ class RoPEPosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="rope", display="RoPE", paper="Su et al. 2021", cite="su2021roformer", chapter="06_rope_and_alibi",
+    name="rope", color="#0072b2", display="RoPE", paper="Su et al. 2021", cite="su2021roformer", chapter="06_rope_and_alibi",
     convention="key_minus_query", formula=r"q_i^\top R\big((j - i)\,\theta\big)\, k_j",
     code="relpos_core.schemes.rope.apply_rope", injects="rotation of q and k",
     summary="q and k rotated by their positions; no bias, fused kernels unchanged",

@@ -458,7 +458,7 @@ def benchmark_module(num_heads: int, head_dim: int, max_distance: int, *, device
 
 
 SCHEME = Scheme(
-    name="t5", display="T5 buckets", short="T5", paper="Raffel et al. 2020", cite="raffel2020t5", chapter="03_t5_buckets",
+    name="t5", color="#e69f00", display="T5 buckets", short="T5", paper="Raffel et al. 2020", cite="raffel2020t5", chapter="03_t5_buckets",
     convention="key_minus_query", formula=r"\text{table}[\text{bucket}(j - i),\, h]",
     code="relpos_core.schemes.t5.t5_relative_bucket", injects="scalar on the logit",
     summary="a learned scalar per head and log-spaced distance bucket",
