@@ -117,12 +117,13 @@ class ModelPreset:
         return check_positive_int("batch", batch) * kept * self.bytes_per_token(dtype)
 
     def as_kind(self, kind: str, **sizes) -> "ModelPreset":
-        """The same layers, heads and head size with another attention (GQA: 8 groups; MLA:
-        DeepSeek-V2's ratios d_c = 4 d_h and d_R = d_h / 2), unless ``sizes`` say otherwise."""
+        """The same layers, heads and head size with another attention (GQA: 8 groups, or the
+        largest divisor of the head count below 8; MLA: DeepSeek-V2's ratios d_c = 4 d_h and
+        d_R = d_h / 2), unless ``sizes`` say otherwise."""
         kind = check_choice("kind", kind, KINDS)
         defaults = dict(num_kv_heads=None, kv_lora_rank=None, qk_rope_head_dim=None)
         if kind == "GQA":
-            defaults["num_kv_heads"] = min(8, self.num_heads)
+            defaults["num_kv_heads"] = max(g for g in range(1, 9) if self.num_heads % g == 0)
         if kind == "MLA":
             defaults.update(kv_lora_rank=4 * self.head_dim, qk_rope_head_dim=self.head_dim // 2)
         return dataclasses.replace(self, name=f"{self.name} as {kind}", kind=kind, window=None,
