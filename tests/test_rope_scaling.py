@@ -369,3 +369,21 @@ def test_from_config_round_trips_and_default_means_none():
         assert rs.from_config(obj.to_dict()) == obj and rs.from_config(obj) is obj
     legacy = rs.from_config({"type": "linear", "factor": 2})  # Hugging Face's older key
     assert legacy == rs.LinearScaling(2.0)
+
+
+def test_a_trained_model_takes_a_scaling_at_evaluation():
+    """The lab's path: train without scaling, then evaluate the same weights with one (RoPE owns
+    no parameters, so the state dict loads unchanged into the scaled model)."""
+    trained = _model("linear")  # any: rebuilt below without scaling
+    plain = rp.models.Transformer(rp.models.TransformerConfig(
+        "rope", vocab_size=VOCAB, d_model=16, num_heads=2, num_layers=2, max_positions=32), seed=7,
+        dtype=torch.float64)
+    tokens = _tokens()
+    for name in SCALINGS:
+        scaled = _model(name)
+        scaled.load_state_dict(plain.state_dict(), strict=True)
+        out = scaled(tokens)
+        if name == "dynamic":  # up to its training length, dynamic NTK is plain RoPE
+            torch.testing.assert_close(scaled(tokens[:, :4]), plain(tokens[:, :4]), rtol=0, atol=1e-12)
+        assert (out - plain(tokens)).abs().max() > 1e-4
+    assert trained.state_dict().keys() == plain.state_dict().keys()
