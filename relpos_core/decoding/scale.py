@@ -133,7 +133,7 @@ class ModelPreset:
 PRESETS: dict[str, ModelPreset] = {p.name: p for p in [
     ModelPreset("GPT-3 175B", "MHA", 96, 96, 128, "brown2020gpt3", "Table 2.1"),
     ModelPreset("LLaMA 7B", "MHA", 32, 32, 128, "touvron2023llama", "Table 2 (dimension 4096, 32 heads)"),
-    ModelPreset("PaLM 540B", "MQA", 118, 48, 256, "chowdhery2022palm", "Table 1 and section 2 (multi-query)"),
+    ModelPreset("PaLM 540B", "MQA", 118, 48, 256, "chowdhery2023palm", "Table 1 and section 2 (multi-query)"),
     ModelPreset("Falcon 7B", "MQA", 32, 71, 64, "almazrouei2023falcon",
                 "Falcon-7B config (4544 = 71 x 64, multi-query)"),
     ModelPreset("Mistral 7B", "GQA", 32, 32, 128, "jiang2023mistral", "Table 1 (window 4096)", num_kv_heads=8,
