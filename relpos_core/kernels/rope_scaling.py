@@ -45,10 +45,11 @@ Hugging Face's ``rope_scaling`` (``{"rope_type": "yarn", "factor": 4, ...}``), c
 every field. The sign convention is RoPE's (``key_minus_query``): scaling changes the
 frequencies, never the sign of an offset.
 
-``seq_len`` (dynamic methods only) is the call's largest position + 1. Hugging Face
-caches the largest ``seq_len`` it has seen (its dynamic update only grows); here the
-frequencies are a function of the call alone, so decoding a prefix gives what
-recomputing that prefix gives (``tests/test_rope_scaling.py``).
+``seq_len`` (dynamic methods only) is the call's largest position + 1. Hugging Face's
+dynamic NTK keeps the frequencies of the longest sequence it has seen (until a call
+shorter than L resets them); here the frequencies are a function of the call alone, so a
+one-layer decoder with a cache equals the recomputation of each prefix, and a deeper one
+the recomputation of each token at its own step (``tests/test_rope_scaling.py``).
 """
 from __future__ import annotations
 
