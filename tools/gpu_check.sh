@@ -26,10 +26,20 @@
 #    with their outputs go to $OUT/pages/, and a cell that fails or writes to stderr fails
 #    the step. GPU_CHAPTERS="08_what_it_costs" runs fewer.
 #
-# Every step runs; the script exits non-zero if any failed (the benchmark exits 1 when a
-# row errored, after writing its JSON). GPU_STEPS="tests bench pages" picks steps.
-# RELPOS_GPU_CHECK_ON_CPU=1 lets the script run without a GPU (to test the script itself:
-# the pages then say they ran on the CPU).
+# 4. one decode step of every cache layout at long context (chapter 7b):
+#    `python -m relpos_core.decoding --scale --preset gpu` (MHA with rotated and unrotated
+#    RoPE keys, GQA, MQA, MLA absorbed and expanded; 32 heads of 128, bf16, contexts 4096
+#    to 131072), JSON with provenance in $OUT/kv-scale-gpu.json. KV_CONTEXTS="4096 16384"
+#    times fewer contexts; KV_PRESET=tiny a small preset (to check the script on a CPU).
+#    Commit it as relpos_core/data/kv_scale_<gpu name>.json; chapter 7b plots the
+#    committed CPU run and does not read a GPU run yet.
+#
+# Every chosen step runs; the script exits non-zero if any failed (the benchmark exits 1
+# when a row errored, after writing its JSON). GPU_STEPS="tests bench pages kv-scale"
+# picks steps (an unknown name is refused). RELPOS_GPU_CHECK_ON_CPU=1 lets the script run
+# without a GPU (to test the script itself: the pages then say they ran on the CPU):
+#
+#   RELPOS_GPU_CHECK_ON_CPU=1 GPU_STEPS=kv-scale KV_PRESET=tiny OUT=/tmp/check bash tools/gpu_check.sh
 set -uo pipefail
 OUT=${OUT:-bench_out}
 mkdir -p "$OUT"
@@ -37,7 +47,13 @@ if [ -z "${RELPOS_GIT_COMMIT:-}" ] && [ -f .relpos-commit ] && ! git rev-parse H
   export RELPOS_GIT_COMMIT="$(cat .relpos-commit)"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-steps=" ${GPU_STEPS:-tests bench pages} "
+steps=" ${GPU_STEPS:-tests bench pages kv-scale} "
+KV_PRESET=${KV_PRESET:-gpu}
+for step in $steps; do
+  case "$step" in tests|bench|pages|kv-scale) ;;
+    *) echo "gpu_check: unknown step '$step' (tests, bench, pages, kv-scale)"; exit 2;;
+  esac
+done
 python - <<'PY' || exit 2
 import os
 import torch
@@ -47,7 +63,7 @@ if os.environ.get("RELPOS_GPU_CHECK_ON_CPU") != "1":
 else:
     print("RELPOS_GPU_CHECK_ON_CPU=1: running without a GPU (a test of this script)")
 PY
-tests_status=0 bench_status=0 pages_status=0
+tests_status=0 bench_status=0 pages_status=0 kv_status=0
 if [[ $steps == *" tests "* ]]; then
   python -m pytest -q -p no:cacheprovider -k cuda tests/test_bench.py tests/test_measure.py tests/test_attend.py \
     2>&1 | tee "$OUT/gpu-tests.log"
@@ -74,5 +90,15 @@ if [[ $steps == *" pages "* ]]; then
     pages_status=3
   fi
 fi
-echo "gpu_check: tests exit $tests_status, benchmark exit $bench_status, pages exit $pages_status"
-[ "$tests_status" -eq 0 ] && [ "$bench_status" -eq 0 ] && [ "$pages_status" -eq 0 ]
+if [[ $steps == *" kv-scale "* ]]; then
+  contexts=()
+  if [ -n "${KV_CONTEXTS:-}" ]; then
+    read -r -a contexts <<< "$KV_CONTEXTS"
+    contexts=(--contexts "${contexts[@]}")
+  fi
+  python -m relpos_core.decoding --scale --preset "$KV_PRESET" --out "$OUT/kv-scale-$KV_PRESET.json" --force \
+    "${contexts[@]}" 2>&1 | tee "$OUT/kv-scale-$KV_PRESET.log"
+  kv_status=${PIPESTATUS[0]}
+fi
+echo "gpu_check: tests exit $tests_status, benchmark exit $bench_status, pages exit $pages_status, kv-scale exit $kv_status"
+[ "$tests_status" -eq 0 ] && [ "$bench_status" -eq 0 ] && [ "$pages_status" -eq 0 ] && [ "$kv_status" -eq 0 ]
