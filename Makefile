@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 export RELPOS_CHROMIUM := $(CHROMIUM)
 
-.PHONY: book test serve venv unit notebooks book-strict browser check-python check-chromium colab-cells screenshots clean
+.PHONY: book test unit serve venv check-python check-chromium colab-cells screenshots clean
 
 # Executing a notebook can hang with the kernel idle (twice in 40 runs of nbclient with
 # ipykernel 7; nbval never hung). Each cell has a timeout (_config.yml: execute.timeout;
@@ -36,6 +36,11 @@ test: check-python check-chromium $(STAMP)
 	$(PY) -m pytest tests/live
 	$(call build_book,-W -n --keep-going)
 	$(PY) -m pytest tests/browser
+
+# The unit tier: every test not marked slow (no kernel compilation, wheel build, training or
+# child process); make test runs these and the slow ones.
+unit: check-python $(STAMP)
+	$(PY) -m pytest -n 2 tests --ignore=tests/browser --ignore=tests/live -m "not slow"
 
 serve: $(STAMP)
 	@test -f _build/html/index.html || { echo "error: no built book in _build/html: run 'make book' first"; exit 1; }

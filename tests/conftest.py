@@ -39,3 +39,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Compiling FlexAttention takes seconds a kernel on a CPU: every test that compiles it (a
+    ``flex`` backend in its parameters, or flex in its name) is ``slow`` like the explicitly
+    marked ones, so ``make unit`` (``-m "not slow"``) stays fast; ``make test`` runs them all."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "id", "") or ""
+        if "flex" in item.originalname or "flex" in params.split("-"):
+            item.add_marker(pytest.mark.slow)

@@ -84,6 +84,7 @@ def _quiet(fn):
         return fn()
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(PATHS), Lq=st.integers(1, 7), extra=st.integers(0, 5), causal=st.booleans(),
        mode=st.sampled_from(["default", "offset", "evicted"]), k=st.integers(1, 12), seed=st.integers(0, 999))
@@ -168,6 +169,7 @@ COMPILED_CASES = [  # (scheme, form, Lq, Lk, causal): a decode step, a prefill w
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("compiled-flex")  # one worker compiles these; test_memory reuses its kernels
 @pytest.mark.parametrize("case", COMPILED_CASES, ids=lambda c: "-".join(map(str, c)))
 def test_compiled_flex_matches_the_reference(case):
@@ -180,6 +182,7 @@ def test_compiled_flex_matches_the_reference(case):
     torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.slow
 def test_block_mask_and_score_mod_masking_agree_and_the_block_mask_skips_tiles():
     """Causality as a BlockMask (the default) and as -inf in the score_mod give the same output;
     the BlockMask lists fewer tiles to compute."""

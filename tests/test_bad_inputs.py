@@ -48,6 +48,7 @@ def test_numpy_scalars_are_accepted_like_python_numbers():
     torch.testing.assert_close(rp.attention(q, k, v, scale=np.float64(0.25)), rp.attention(q, k, v, scale=0.25))
 
 
+@pytest.mark.slow
 def test_a_bad_budget_variable_does_not_break_the_import_and_is_named_when_used():
     """One child process (importing torch costs seconds); the parser's other bad values are builder cases."""
     value = "1e400"

@@ -31,6 +31,7 @@ def quick(tmp_path_factory):
     return status, out, json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_quick_run_is_green_and_has_provenance(quick):
     status, out, data = quick
     assert status == 0
@@ -44,6 +45,7 @@ def test_quick_run_is_green_and_has_provenance(quick):
     assert not out.with_suffix(".html").exists()
 
 
+@pytest.mark.slow
 def test_every_registry_path_is_a_row_at_every_length(quick):
     _, _, data = quick
     seen = {(r["scheme"], r["form"], r["backend"], r["mode"], r["L"]): r for r in data["rows"]}
@@ -66,6 +68,7 @@ def test_every_registry_path_is_a_row_at_every_length(quick):
     assert not [r for r in data["rows"] if r["status"] == "error"]
 
 
+@pytest.mark.slow
 def test_rows_record_their_spread(quick):
     _, _, data = quick
     ok = [r for r in data["rows"] if r["status"] == "ok"]
@@ -92,6 +95,7 @@ def test_rows_record_their_spread(quick):
     assert all("page_faults_per_call" in r for r in ok)  # recorded for every CPU row
 
 
+@pytest.mark.slow
 def test_ratios_come_from_the_same_run(quick):
     _, _, data = quick
     rows = data["rows"]
@@ -123,6 +127,7 @@ def test_ratios_come_from_the_same_run(quick):
     assert flex_rows and all(r["L"] == 32 for r in flex_rows)  # the flex baseline ran at L = 32 only
 
 
+@pytest.mark.slow
 def test_growth_exponents_are_fitted_from_the_rows(quick):
     _, _, data = quick
     fits = {(f["scheme"], f["form"], f["backend"], f["mode"], f["causal"], f["quantity"]): f for f in data["fits"]}
@@ -394,6 +399,7 @@ def test_cases_come_from_the_registry():
     assert {c.scheme for c in cases if c.mode == "module"} == set(bench_cases.module_schemes())
 
 
+@pytest.mark.slow
 def test_figures_read_the_result(quick):
     _, _, data = quick
     fig = rp.figures.bench.scheme_figure(data, "t5")

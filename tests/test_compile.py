@@ -21,6 +21,8 @@ import torch._dynamo as dynamo
 import relpos_core as rp
 from relpos_core import registry
 
+pytestmark = pytest.mark.slow  # torch.compile of every path: minutes on 2 cores (make test runs it; make unit does not)
+
 H, D, L = 2, 8, 12
 
 

@@ -115,6 +115,7 @@ def test_test_extra_holds_every_module_the_tests_import():
     assert not missing, f"the tests import {missing}, which [test] (pyproject.toml) does not name"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", ["book", "test"])
 def test_every_extra_is_used(extra):
     """No stale entries: each requirement is imported (by the pages, the library or the tests) or run."""

@@ -238,6 +238,7 @@ def test_plain_figures_render_through_the_book_renderer():
     assert pio.renderers.default == "relpos"
 
 
+@pytest.mark.slow
 def test_library_imports_with_only_torch_numpy_matplotlib():
     code = (
         "import sys\n"

@@ -74,6 +74,7 @@ def test_no_page_looks_for_the_repository(path):
         assert not re.search(pattern, code), f"{path.name}: {pattern!r} in a code cell; use rp.resources"
 
 
+@pytest.mark.slow
 def test_the_wheel_carries_the_data(tmp_path):
     """Built the way Colab's pip builds it: the data files and their README are in the wheel."""
     import subprocess
