@@ -94,7 +94,11 @@ def draws_a_figure(cell: dict) -> bool:
     if not body or not isinstance(body[-1], ast.Expr) or text.rstrip().endswith(";"):
         return False
     last = body[-1].value  # text and tables are not figures
-    return not (isinstance(last, ast.Call) and getattr(last.func, "id", None) in NOT_FIGURES)
+    if isinstance(last, ast.Call):
+        return getattr(last.func, "id", None) not in NOT_FIGURES
+    # a value shown at the end of a computing cell (a number, a tuple, a tensor) is not
+    # a figure; a variable is one only when its name says so (``fig``)
+    return isinstance(last, ast.Name) and "fig" in last.id
 
 
 @pytest.mark.parametrize("path", every_chapter("captions"))
