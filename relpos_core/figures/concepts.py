@@ -36,10 +36,11 @@ from ._plotly import plotly_modules
 __all__ = ["STAGES", "position_entry_points", "entry_points_figure", "rope_rotation", "skew_steps",
            "memory_reach", "memory_reach_figure", "emd_flow"]
 
-FONT = dict(size=12, color="#222222")
-GREY = "#9a9a9a"
-LIGHT = "#e8e8e8"
-INK = "#222222"
+FONT = dict(size=12)  # the colour comes from the book's theme (light or dark mode)
+GREY = "#8c8c8c"  # outlines, arrows and guides: visible on both themes
+PANEL = "rgba(140, 140, 140, 0.14)"  # a box's fill, light enough for both themes
+EMPTY = "rgba(140, 140, 140, 0.22)"  # a cell that holds nothing of interest
+INK = "#222222"  # text on a light fill
 
 #: the places in one attention layer where a position signal can enter, in data-flow
 #: order: (key, what happens there, what the position adds)
@@ -61,10 +62,8 @@ LABELS = {"absolute": "absolute", "shaw": "Shaw", "t5": "T5", "alibi": "ALiBi", 
 
 def _colour(scheme: str) -> str:
     """The book's colour for ``scheme`` (``relpos_core.figures.style``)."""
-    try:
-        from .style import scheme_color
-    except ImportError:  # the shared palette is not there yet: one neutral colour
-        return "#4c78a8"
+    from .style import scheme_color
+
     return scheme_color(scheme)
 
 
@@ -83,12 +82,12 @@ def _blank(fig, *, height: int, x_range, y_range, row=None, col=None) -> None:
                       showlegend=False, font=FONT, dragmode=False)
 
 
-def _box(fig, x0, x1, y0, y1, *, fill, line=INK, dash="solid", xref="x", yref="y") -> None:
+def _box(fig, x0, x1, y0, y1, *, fill, line=GREY, dash="solid", xref="x", yref="y") -> None:
     fig.add_shape(type="rect", x0=x0, x1=x1, y0=y0, y1=y1, xref=xref, yref=yref, fillcolor=fill,
                   line=dict(color=line, width=1, dash=dash), layer="below")
 
 
-def _arrow(fig, x0, y0, x1, y1, *, xref="x", yref="y", colour=INK) -> None:
+def _arrow(fig, x0, y0, x1, y1, *, xref="x", yref="y", colour=GREY) -> None:
     fig.add_annotation(x=x1, y=y1, ax=x0, ay=y0, xref=xref, yref=yref, axref=xref, ayref=yref,
                        showarrow=True, arrowhead=2, arrowsize=1, arrowwidth=1.5, arrowcolor=colour,
                        text="")
@@ -136,7 +135,7 @@ def entry_points_figure(entries: Mapping[str, Sequence[str]] | None = None, *, h
     for r, (key, title, detail) in enumerate(STAGES):
         top = n - r * row_h
         y0, y1 = top - box_h, top
-        _box(fig, 0.0, 0.56, y0, y1, fill="#f4f4f4")
+        _box(fig, 0.0, 0.56, y0, y1, fill=PANEL)
         fig.add_annotation(x=0.02, y=(y0 + y1) / 2, xanchor="left", showarrow=False, align="left",
                            text=f"<b>{title}</b><br><span style='font-size:11px'>{detail}</span>")
         if r < n - 1:
@@ -195,14 +194,14 @@ def rope_rotation(pairs: Sequence[tuple[int, int]] = ((1, 3), (6, 8)), *, q_angl
     circle = torch.linspace(0, 2 * math.pi, 121)
     for c, (m, n, qm, kn, gap) in enumerate(panels, start=1):
         fig.add_trace(go.Scatter(x=circle.cos().tolist(), y=circle.sin().tolist(), mode="lines",
-                                 line=dict(color=LIGHT, width=1), hoverinfo="skip"), row=1, col=c)
+                                 line=dict(color=GREY, width=1, dash="dot"), hoverinfo="skip"), row=1, col=c)
         start = math.atan2(qm[1], qm[0])
         arc = torch.linspace(start, start + math.radians(gap), 40)
         fig.add_trace(go.Scatter(x=(0.35 * arc.cos()).tolist(), y=(0.35 * arc.sin()).tolist(),
                                  mode="lines", line=dict(color=GREY, width=2), hoverinfo="skip"),
                       row=1, col=c)
         suffix = "" if c == 1 else str(c)
-        for vec, label, colour in ((qm, f"q at {m}", INK), (kn, f"k at {n}", _colour("rope"))):
+        for vec, label, colour in ((qm, f"q at {m}", GREY), (kn, f"k at {n}", _colour("rope"))):
             x, y = float(vec[0]), float(vec[1])
             fig.add_annotation(x=x, y=y, ax=0, ay=0, xref=f"x{suffix}", yref=f"y{suffix}",
                                axref=f"x{suffix}", ayref=f"y{suffix}", showarrow=True, arrowhead=2,
@@ -226,7 +225,7 @@ def skew_steps(L: int = 4, *, height: int = 440):
     Entry (i, r) of Q Eᵀ, query i against distance r - (L - 1), is followed through
     the three steps; ``rp.kernels.skew.skew`` does the moving. Each cell shows the
     distance (offset ``j - i``, ``key_minus_query``) and is coloured by the query row it
-    came from; the padding is white. In the last panel every cell on and below the
+    came from; the padding is grey. In the last panel every cell on and below the
     diagonal holds query i against distance j - i; above it is junk.
     """
     from plotly.subplots import make_subplots
@@ -255,18 +254,18 @@ def skew_steps(L: int = 4, *, height: int = 440):
                 value = int(grid[i, j])
                 pad = value < 0
                 origin, r = divmod(value, L) if not pad else (None, None)
-                fill = "white" if pad else shades[origin % len(shades)]
+                fill = EMPTY if pad else shades[origin % len(shades)]
                 junk = s == 3 and j > i
-                _box(fig, j, j + 1, -i - 1, -i, fill=fill, line="#bbbbbb", xref=f"x{suffix}",
+                _box(fig, j, j + 1, -i - 1, -i, fill=fill, line=GREY, xref=f"x{suffix}",
                      yref=f"y{suffix}")
-                text = "0" if pad else f"{r - (L - 1)}"
-                colour = GREY if pad else _text_colour(fill)
+                text = "0" if pad else f"{r - (L - 1)}".replace("-", "−")
+                font = dict(size=12) if pad else dict(size=12, color=_text_colour(fill))
                 fig.add_annotation(x=j + 0.5, y=-i - 0.5, xref=f"x{suffix}", yref=f"y{suffix}",
                                    showarrow=False, text=f"<i>{text}</i>" if junk else text,
-                                   font=dict(size=12, color=colour), opacity=0.45 if junk else 1.0)
+                                   font=font, opacity=0.45 if junk else 1.0)
         if s == 3:  # the diagonal: distance 0 for every query
             fig.add_shape(type="line", x0=0, y0=0, x1=L, y1=-L, xref=f"x{suffix}", yref=f"y{suffix}",
-                          line=dict(color=INK, width=1, dash="dot"))
+                          line=dict(color=GREY, width=1.5, dash="dot"))
         _blank(fig, height=height, x_range=(-0.1, L + 1.1), y_range=(-(L + 1) - 0.1, 0.1), row=row + 1,
                col=col + 1)
         fig.update_yaxes(scaleanchor=f"x{suffix}", scaleratio=1, row=row + 1, col=col + 1)
@@ -331,8 +330,11 @@ def memory_reach_figure(reach: torch.Tensor, *, segment: int, height: int | None
         for t in range(T):
             hit = bool(reach[layer, t])
             query = layer == rows - 1 and t == T - 1
-            _box(fig, t + 0.06, t + 0.94, y + 0.1, y + 0.9, fill=INK if query else (fill if hit else LIGHT),
-                 line=INK if query else ("white" if hit else LIGHT))
+            _box(fig, t + 0.06, t + 0.94, y + 0.1, y + 0.9, fill=fill if hit else EMPTY,
+                 line=GREY if query else (fill if hit else "rgba(0,0,0,0)"))
+            if query:
+                fig.add_annotation(x=t + 0.5, y=y + 0.5, showarrow=False, text="<b>q</b>",
+                                   font=dict(size=12, color=_text_colour(fill)))
         back = T - 1 - int(reach[layer].nonzero().min())
         name = "input" if layer == 0 else f"layer {layer}"
         fig.add_annotation(x=-0.3, y=y + 0.5, xanchor="right", showarrow=False, text=name)
@@ -343,7 +345,7 @@ def memory_reach_figure(reach: torch.Tensor, *, segment: int, height: int | None
         fig.add_shape(type="line", x0=boundary, x1=boundary, y0=-0.2, y1=rows, line=dict(color=GREY, dash="dot"))
     for s in range(T // segment):
         fig.add_annotation(x=s * segment + segment / 2, y=-0.45, showarrow=False, text=f"segment {s + 1}",
-                           font=dict(size=11, color="#555555"))
+                           font=dict(size=11))
     _blank(fig, height=height, x_range=(-3.4, T + 3.8), y_range=(-0.8, rows + 0.05))
     fig.update_layout(margin=dict(l=4, r=4, t=8, b=4))
     return fig
@@ -368,10 +370,10 @@ def emd_flow(emd, last_layer, *, height: int = 560):
     fig = go.Figure()
     top = 2 * steps + 4.0
 
-    def node(x0, x1, y, text, *, fill="#f4f4f4", line=INK, dash="solid", colour=INK):
+    def node(x0, x1, y, text, *, fill=PANEL, line=GREY, dash="solid", colour=None):
         _box(fig, x0, x1, y - 0.34, y + 0.34, fill=fill, line=line, dash=dash)
-        fig.add_annotation(x=(x0 + x1) / 2, y=y, showarrow=False, text=text,
-                           font=dict(size=12, color=colour))
+        font = dict(size=12) if colour is None else dict(size=12, color=colour)
+        fig.add_annotation(x=(x0 + x1) / 2, y=y, showarrow=False, text=text, font=font)
 
     node(0.0, 1.0, top, "layers 1 … N−1 (relative positions only)")
     node(0.2, 0.8, top - 1.2, "H<sup>(N−1)</sup>")
@@ -392,7 +394,7 @@ def emd_flow(emd, last_layer, *, height: int = 560):
         y_layer = y - 1.0
         label = "layer N, same weights" if shared else "layer N (own weights)"
         node(0.54, 1.0, y_layer, f"{label}<br><span style='font-size:11px'>K, V = H<sup>(N−1)</sup></span>",
-             fill="white", line=rel)
+             fill="rgba(0,0,0,0)", line=rel)
         _arrow(fig, 0.77, y - 0.34, 0.77, y_layer + 0.34)
         y = y_layer - 1.0
         node(0.54, 1.0, y, f"I<sub>{t + 1}</sub>")
