@@ -267,6 +267,27 @@ FIT_JS = """
   }"""
 
 
+def attach_narrow(fig, narrow, *, below: int = 600):
+    """``fig`` with ``narrow`` as its layout for containers narrower than ``below`` px
+    (``layout.meta.relpos.narrow``, applied by the figure script): ``narrow`` must draw
+    the same traces on the same axes (a grid of other shape: 6 x 1 instead of 3 x 2);
+    its layout replaces ``fig``'s key by key, its traces' settings where they differ."""
+    if len(narrow.data) != len(fig.data):
+        raise ValueError(f"narrow must draw the same {len(fig.data)} traces as fig, got {len(narrow.data)}")
+    layout = narrow.layout.to_plotly_json()
+    for key in ("template", "meta"):
+        layout.pop(key, None)
+    data = []
+    for wide_trace, narrow_trace in zip(fig.data, narrow.data):
+        w, n = wide_trace.to_plotly_json(), narrow_trace.to_plotly_json()
+        data.append({key: value for key, value in n.items() if w.get(key) != value})
+    meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
+    relpos = dict(meta.get("relpos") or {})
+    relpos["narrow"] = dict(below=int(below), layout=layout, data=data)
+    fig.update_layout(meta=dict(meta, relpos=relpos))
+    return fig
+
+
 def figure_mimebundle(fig) -> dict:
     """The mime bundle for a plotly figure (a ``go.Figure`` or its dict)."""
     fig_dict = fig if isinstance(fig, dict) else fig.to_dict()
