@@ -509,3 +509,40 @@ def test_figure_script_hides_the_toolbar_and_follows_the_colour_mode():
     template = pio.templates[pio.templates.default]
     assert template.layout.paper_bgcolor == "rgba(0,0,0,0)"  # no white box on a dark page
     assert list(template.layout.colorway) == list(rp.figures.style.SERIES_COLORS)
+
+
+def test_benchmark_figures_fit_a_screen_with_their_slider():
+    from pathlib import Path
+
+    run = rp.figures.bench.read_result(Path(__file__).resolve().parents[1] / "data" / "bench-cpu.json")
+    cap = rp.figures.style.MAX_HEIGHT
+    assert rp.figures.bench.scheme_slider(run).static_figure().layout.height <= cap
+    exponents = rp.figures.bench.exponent_slider(run).static_figure()
+    assert exponents.layout.height <= cap
+    assert [f.name for f in exponents.frames] == ["eager", "sdpa", "flex"]
+    assert len({len(f.data) for f in exponents.frames}) == 1
+    rows = {f.name: {y for t in f.data if t.y and t.y[0] is not None for y in t.y} for f in exponents.frames}
+    assert all("/" not in y for ys in rows.values() for y in ys)  # the slider names the backend
+    everything = rp.figures.bench.exponent_figure(run)  # all backends at once: the rows say which
+    assert any("/eager" in y for t in everything.data if t.y and t.y[0] is not None for y in t.y)
+    bytes_figure = rp.figures.bench.analytic_bytes_figure(
+        H=4, d=32, dtype="float32", lengths=[128, 256, 512], schemes=["t5", "alibi", "rope"], measured=run)
+    assert bytes_figure.layout.height <= cap - 80
+    narrow = bytes_figure.layout.meta["relpos"]["narrow"]["layout"]
+    domains = [narrow[k]["domain"] for k in narrow if k.startswith("xaxis")]
+    assert domains and all(d == [0.0, 1.0] for d in domains)  # one panel per row on a phone
+    assert set(rp.figures.bench.FORM_COLORS.values()) <= {
+        rp.figures.style.NEUTRAL, "#d55e00", "#009e73", "#0072b2", "#cc79a7"}  # colour-blind-safe
+
+
+def test_a_narrow_layout_must_draw_the_same_traces():
+    go = pytest.importorskip("plotly.graph_objects")
+    wide = go.Figure([go.Scatter(x=[1], y=[1]), go.Scatter(x=[1], y=[2])])
+    with pytest.raises(ValueError, match="narrow"):
+        rp.figures._plotly.attach_narrow(wide, go.Figure([go.Scatter(x=[1], y=[1])]))
+    narrow = go.Figure(wide).update_layout(height=700)
+    narrow.data[1].update(mode="markers")
+    fig = rp.figures._plotly.attach_narrow(wide, narrow, below=500)
+    patch = fig.layout.meta["relpos"]["narrow"]
+    assert patch["below"] == 500 and patch["layout"]["height"] == 700
+    assert patch["data"] == [{}, {"mode": "markers"}]  # only what differs

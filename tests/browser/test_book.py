@@ -456,15 +456,16 @@ READER_FIGURE = """([i, minFont]) => {
   });
   // at most so many legend entries, and lines in one plot
   const entries = gd.querySelectorAll('.legend .traces').length;
+  // a series is a legend group (a line and its measured points) or a trace of its own
   const plotted = {};
-  gd._fullData.forEach(t => {
+  gd._fullData.forEach((t, n) => {
     if (t.visible !== true || !['scatter', 'scattergl', 'bar'].includes(t.type)) { return; }
     const ys = Array.from(t.y || []).filter(v => v !== null && v !== undefined);
     if (!ys.length) { return; }
     const key = (t.xaxis || 'x') + (t.yaxis || 'y');
-    plotted[key] = (plotted[key] || 0) + 1;
+    (plotted[key] = plotted[key] || new Set()).add(t.legendgroup || `trace ${n}`);
   });
-  const most = Math.max(0, ...Object.values(plotted));
+  const most = Math.max(0, ...Object.values(plotted).map(s => s.size));
   const tall = gd.getBoundingClientRect().height;
   const panels = Object.keys(full).filter(k => /^yaxis[0-9]*$/.test(k) && full[k].visible !== false)
                    .map(k => full[k]._length || 0);
