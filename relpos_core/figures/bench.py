@@ -291,7 +291,7 @@ def exponent_figure(result: dict, *, mode: str = "forward", min_points: int = 4,
                       legend=_top_legend())
     # on a phone the legend wraps onto more rows: more room above, and for the rows
     narrow = go.Figure(fig)
-    narrow.update_layout(height=height + 100, margin=dict(t=150 if keyed_backends else 115))
+    narrow.update_layout(height=height + 100, margin=dict(t=175 if keyed_backends else 115))
     return attach_narrow(fig, narrow)
 
 

@@ -51,7 +51,7 @@ SLIDER_ROOM = 80
 #: the height of a row of cells with numbers in the narrow layout (px)
 TEXT_ROW_PX = 22
 #: the narrowest panel (px) worth drawing side by side with another
-MIN_PANEL_PX = 100
+MIN_PANEL_PX = 140
 #: px above a panel's plot area: its top tick labels, the x-axis title and the panel
 #: title (one line; each more line of a wrapped title adds TITLE_LINE_PX)
 AXIS_BLOCK_PX = 54
@@ -134,6 +134,10 @@ class _Panel:
     cell_need: float  # px a cell needs for its number
     wants_text: bool
 
+    def need(self, font: int) -> float:
+        """px a cell needs for its number at ``font`` px (``cell_need`` is at 11 px)."""
+        return (self.cell_need - 5) * font / (_fit.FONT_PX - 1) + 5
+
     @property
     def rows(self) -> int:
         return self.array.shape[0]
@@ -159,6 +163,7 @@ class _Plan:
     header: list[float]  # px above each row of panels (its titles and top ticks)
     gap_x: float
     text: list[bool]  # per panel: numbers fit
+    font: int = _fit.FONT_PX - 1  # px of the cell numbers
 
     @property
     def height(self) -> int:
@@ -180,7 +185,10 @@ def _title_lines(text: str, width_px: float) -> int:
 
 
 def _plan(panels: list[_Panel], *, columns: int, width: float, narrow: bool, left: float,
-          title: bool, height: int | None) -> _Plan:
+          title: bool, height: int | None, font: int = _fit.FONT_PX - 1, bar_px: float = 0) -> _Plan:
+    """Where the panels go: ``columns`` per row in a container ``width`` px wide, cell
+    numbers at ``font`` px, and at least ``bar_px`` of plot height for a vertical colour
+    bar's title (cells grow taller than wide rather than the title run off the figure)."""
     n = len(panels)
     rows_of_panels = -(-n // columns)
     same_rows = all(p.rows == panels[0].rows for p in panels)
@@ -214,24 +222,30 @@ def _plan(panels: list[_Panel], *, columns: int, width: float, narrow: bool, lef
         else:
             # numbers that fit across get rows tall enough to read them (on a phone
             # even beyond the height budget)
-            fits_across = any(p.wants_text and panel_w / p.cols >= p.cell_need for p in row)
+            fits_across = any(p.wants_text and panel_w / p.cols >= p.need(font) for p in row)
             need_text = tallest * TEXT_ROW_PX if fits_across else 0
             h = min(square, max(share, need_text if narrow else min(need_text, share)))
             h = max(h, min(square, 80.0))
         panel_h.append(h)
-        text += [p.wants_text and _fit.text_fits(panel_w / p.cols, h / tallest, p.cell_need)
+    short = bar_px - sum(panel_h) - sum(header[1:]) if not narrow and height is None else 0
+    if short > 0:
+        panel_h = [h + short / rows_of_panels for h in panel_h]
+    for r in range(rows_of_panels):
+        row = panels[r * columns:(r + 1) * columns]
+        tallest = max(p.rows for p in row)
+        text += [p.wants_text and _fit.text_fits(panel_w / p.cols, panel_h[r] / tallest, p.need(font))
                  for p in row]
     return _Plan(columns, width, narrow, left, right, top, bottom, panel_w, panel_h, header,
-                 gap_x, text)
+                 gap_x, text, font)
 
 
-def _choose_wide(panels, *, width, left, title, height) -> _Plan:
+def _choose_wide(panels, *, width, left, title, height, bar_px=0) -> _Plan:
     """Side by side if the numbers fit (or none are wanted), else fewer panels per row:
     the most panels per row that still shows every panel's numbers."""
     n = len(panels)
     counts = sorted({-(-n // rows) for rows in range(1, n + 1)}, reverse=True)  # 4 -> 4, 2, 1
     plans = [_plan(panels, columns=c, width=width, narrow=False, left=left, title=title,
-                   height=height) for c in counts]
+                   height=height, bar_px=bar_px) for c in counts]
     wanted = [p.wants_text for p in panels]
     for plan in plans:
         if plan.text == wanted and (plan.panel_w >= MIN_PANEL_PX or plan.columns == 1):
@@ -242,12 +256,12 @@ def _choose_wide(panels, *, width, left, title, height) -> _Plan:
     return plans[-1]
 
 
-def _below(panels, wide: _Plan, *, left, title, height) -> int:
+def _below(panels, wide: _Plan, *, left, title, height, bar_px=0) -> int:
     """The container width under which the narrow layout replaces ``wide``: 600 px, or
     more when ``wide`` needs more to show its numbers or to keep its panels readable."""
     for w in range(NARROW_BELOW, int(wide.width) + 1, 8):
         plan = _plan(panels, columns=wide.columns, width=w, narrow=False, left=left, title=title,
-                     height=height)
+                     height=height, bar_px=bar_px)
         if plan.text == wide.text and (plan.panel_w >= MIN_PANEL_PX or plan.columns == 1):
             return w
     return int(wide.width)
@@ -290,7 +304,7 @@ def _figure(go, make_subplots, panels, plan: _Plan, *, style: dict):
             colorscale=style["scale"], zmid=style["centre"], zmin=style["lo"], zmax=style["hi"],
             showscale=last, colorbar=colorbar if last else None,
             texttemplate=panel.fmt if plan.text[k] else "",
-            textfont=dict(size=_fit.FONT_PX - 1),
+            textfont=dict(size=plan.font),
             hovertemplate=(f"{style['y_label']} %{{customdata[1]}}<br>{style['x_label']} %{{customdata[0]}}"
                            f"<br>{style['value_label']} %{{customdata[2]}}<extra></extra>"),
         ), row=r + 1, col=col + 1)
@@ -317,7 +331,7 @@ def _figure(go, make_subplots, panels, plan: _Plan, *, style: dict):
         if not shares_rows:
             meta["axes"][f"yaxis{suffix}"] = dict(labels=panel.ys, need=y_need)
         if panel.wants_text:
-            meta["text"].append(dict(trace=k, template=panel.fmt, need=panel.cell_need))
+            meta["text"].append(dict(trace=k, template=panel.fmt, need=panel.need(plan.font)))
     for k in range(n, r_count * c):  # an empty cell of the grid (3 panels, 2 per row)
         r, col = divmod(k, c)
         fig.update_xaxes(visible=False, row=r + 1, col=col + 1)
@@ -446,18 +460,21 @@ def heatmap(
         ticks=integer_ticks(lo, hi) if integer_bar else {},
     )
     has_title = bool(title)
-    wide = _choose_wide(panels, width=_fit.NOMINAL_WIDTH, left=left, title=has_title, height=height)
+    bar_px = len(_fit.plain(style["colorbar_title"])) * _fit.CHAR_PX + 40  # its rotated title
+    wide = _choose_wide(panels, width=_fit.NOMINAL_WIDTH, left=left, title=has_title, height=height,
+                        bar_px=bar_px)
     fig = _figure(go, make_subplots, panels, wide, style=style)
-    narrow_plan = _plan(panels, columns=1, width=NARROW_WIDTH, narrow=True, left=left, title=has_title,
-                        height=None)
+    # on a phone: one panel per row; numbers a size smaller if that is what lets them show
+    narrow_plan = max((_plan(panels, columns=1, width=NARROW_WIDTH, narrow=True, left=left, title=has_title,
+                             height=None, font=font) for font in (_fit.FONT_PX - 1, _fit.FONT_PX - 2)),
+                      key=lambda plan: (sum(plan.text), plan.font))
     narrow = _figure(go, make_subplots, panels, narrow_plan, style=style)
     patch = narrow.layout.to_plotly_json()
-    for key in ("template", "meta"):
-        patch.pop(key, None)
+    patch.pop("template", None)  # its meta: the tick and cell-number plan for its width
     fig.layout.meta["relpos"]["narrow"] = dict(
-        below=_below(panels, wide, left=left, title=has_title, height=height),
+        below=_below(panels, wide, left=left, title=has_title, height=height, bar_px=bar_px),
         layout=patch,
         data=[dict(colorbar=t.colorbar.to_plotly_json() if t.showscale else None,
-                   texttemplate=t.texttemplate) for t in narrow.data],
+                   texttemplate=t.texttemplate, textfont=t.textfont.to_plotly_json()) for t in narrow.data],
     )
     return fig

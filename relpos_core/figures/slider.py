@@ -147,7 +147,8 @@ def _with_narrow(fig, narrow, height: int) -> dict:
     meta = dict(fig.layout.meta)
     relpos = dict(meta["relpos"])
     layout = frame_layout(narrow)
-    layout.pop("meta", None)
+    layout["meta"] = {"relpos": {k: v for k, v in ((layout.get("meta") or {}).get("relpos") or {}).items()
+                                 if k != "narrow"}}  # the narrow layout's own tick and text plan
     margin = narrow.layout.margin.to_plotly_json() if narrow.layout.margin else {}
     layout["margin"] = {**margin, "b": max(margin.get("b") or 0, 30) + SLIDER_PX}
     layout["height"] = height

@@ -442,7 +442,8 @@ READER_FIGURE = """([i, minFont]) => {
                   || layers[spec.trace];
     const labels = layer ? Array.from(layer.querySelectorAll('.heatmap-label text')).filter(e => e.textContent.trim()) : [];
     if (labels.length < finite) {
-      out.push(`heatmap ${spec.trace + 1} shows ${labels.length} of its ${finite} cell numbers`);
+      out.push(`heatmap ${spec.trace + 1} shows ${labels.length} of its ${finite} cell numbers (if they cannot fit `
+               + `this width, draw the matrix without them: annotate_max below its size, or fewer decimals)`);
       return;
     }
     const small = labels.filter(e => parseFloat(getComputedStyle(e).fontSize) < minFont);
