@@ -546,3 +546,26 @@ def test_a_narrow_layout_must_draw_the_same_traces():
     patch = fig.layout.meta["relpos"]["narrow"]
     assert patch["below"] == 500 and patch["layout"]["height"] == 700
     assert patch["data"] == [{}, {"mode": "markers"}]  # only what differs
+
+
+def test_table_captions_move_out_of_their_scroll_box():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "relpos_book", Path(__file__).resolve().parents[1] / "_ext" / "relpos_book.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    body = ('<p>x</p><div class="pst-scrollable-table-container"><table class="table" id="tbl-a">\n'
+            '<caption><span class="caption-number">Table 1.1 </span><span class="caption-text">A.</span>'
+            '</caption>\n<tbody><tr><td>1</td></tr></tbody>\n</table>\n</div>\n'
+            '<div class="pst-scrollable-table-container"><table class="table">\n<tbody></tbody>\n</table>\n</div>')
+    out = ext.captions_outside_scroll_boxes(body)
+    assert out.startswith('<p>x</p><div class="relpos-table" id="tbl-a"><div class="caption relpos-table-caption" '
+                          'id="tbl-a-caption"><span class="caption-number">Table 1.1 </span>')
+    caption_at, box_at = out.index("relpos-table-caption"), out.index("pst-scrollable-table-container")
+    assert caption_at < box_at and "<caption>" not in out  # above the scroll box, not in it
+    assert '<table class="table" aria-labelledby="tbl-a-caption">' in out
+    assert out.count("<div") == out.count("</div>")
+    assert out.endswith('<div class="pst-scrollable-table-container"><table class="table">\n<tbody></tbody>\n'
+                        '</table>\n</div>')  # a table without a caption stays as it was
