@@ -80,7 +80,8 @@ def _click_step(tab, figure, step: int) -> None:
 
 
 # the theme's header sticks to the top of the window and would cover a figure's top
-UNSTICK = ".bd-header, .bd-header-article, .header-article { position: static !important; }"
+UNSTICK = (".bd-header, .bd-header-article, .header-article { position: static !important; } "
+           ".skip-link { display: none !important; }")
 
 
 def _dark(tab) -> None:

@@ -48,8 +48,6 @@ NARROW_WIDTH = 342
 NARROW_HEIGHT = 700
 #: the slider control's height (px), kept free under MAX_HEIGHT (see slider.SLIDER_PX)
 SLIDER_ROOM = 80
-#: the height of a row of cells with numbers in the narrow layout (px)
-TEXT_ROW_PX = 22
 #: the narrowest panel (px) worth drawing side by side with another
 MIN_PANEL_PX = 140
 #: px above a panel's plot area: its top tick labels, the x-axis title and the panel
@@ -106,7 +104,7 @@ def _hover_value(v: float, integer: bool) -> str:
     return text.replace("-", "−")
 
 
-def integer_ticks(lo: float, hi: float, most: int = 7) -> dict:
+def integer_ticks(lo: float, hi: float, most: int = 8) -> dict:
     """Colour-bar tick settings for integer data from ``lo`` to ``hi``: integer ticks
     only, every 1, 2, 5, 10, 20, ... cells' worth, so that at most ``most`` show."""
     span = max(hi - lo, 1)
@@ -223,8 +221,9 @@ def _plan(panels: list[_Panel], *, columns: int, width: float, narrow: bool, lef
             # numbers that fit across get rows tall enough to read them (on a phone
             # even beyond the height budget)
             fits_across = any(p.wants_text and panel_w / p.cols >= p.need(font) for p in row)
-            need_text = tallest * TEXT_ROW_PX if fits_across else 0
-            h = min(square, max(share, need_text if narrow else min(need_text, share)))
+            legible = tallest * (_fit.LINE_PX + 2) if fits_across else 0  # the least that reads
+            # on a phone beyond the height budget if the numbers need it (read panel by panel)
+            h = min(square, max(share, legible)) if narrow else min(square, share)
             h = max(h, min(square, 80.0))
         panel_h.append(h)
     short = bar_px - sum(panel_h) - sum(header[1:]) if not narrow and height is None else 0

@@ -351,8 +351,10 @@ def check_slider(tab, page, index):
 
 # -- what a reader sees ---------------------------------------------------------------
 
-# Code cells (and code blocks) that scroll sideways: wider than the column.
+# Code a reader copies (code cells, code blocks; not the text a cell prints) that scrolls
+# sideways: wider than the column.
 WIDE_CODE = """() => Array.from(document.querySelectorAll('div.highlight pre'))
+  .filter(p => !p.closest('.cell_output, .output'))
   .filter(p => p.scrollWidth > p.clientWidth + 1)
   .map(p => p.textContent.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '').slice(0, 60))"""
 
