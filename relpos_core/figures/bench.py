@@ -334,12 +334,12 @@ def analytic_bytes_figure(*, H: int, d: int, dtype, lengths, schemes, k: dict | 
     panel = min((height - 125) / -(-len(schemes) // 2), 100)
     narrow = _analytic_bytes_grid(go, make_subplots, analytic_bytes, paths, H=H, d=d, dt=dt, B=B, k=k,
                                   lengths=lengths, schemes=schemes, measured=measured, cols=1,
-                                  height=int(125 + len(schemes) * panel))
+                                  height=int(145 + len(schemes) * panel), top=105)  # the key wraps
     return attach_narrow(wide, narrow)
 
 
 def _analytic_bytes_grid(go, make_subplots, analytic_bytes, paths, *, H, d, dt, B, k, lengths, schemes, measured,
-                         cols, height):
+                         cols, height, top=85):
     dtype_name = str(dt).replace("torch.", "")
     rows_n = -(-len(schemes) // cols)
     fig = make_subplots(rows=rows_n, cols=cols, shared_xaxes=True, horizontal_spacing=0.1,
@@ -392,7 +392,7 @@ def _analytic_bytes_grid(go, make_subplots, analytic_bytes, paths, *, H, d, dt, 
         fig.update_yaxes(type="log", range=yr, dtick=2, row=r, col=c, title_text="MiB" if c == 1 else None)
         fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(L) for L in ticks], row=r, col=c,
                          title_text="L" if r == rows_n else None)
-    fig.update_layout(height=height, margin=dict(l=60, r=40, t=85, b=40), legend=_top_legend())
+    fig.update_layout(height=height, margin=dict(l=60, r=40, t=top, b=40), legend=_top_legend())
     return fig
 
 

@@ -15,7 +15,8 @@ every chapter draws them. The defaults follow the book's figure rules:
   the panels sit side by side, or two per row when that is what lets their numbers
   show; in a container narrower than ``meta.relpos.narrow.below`` px (a phone) the
   figure script switches to the narrow layout, one panel per row with the colour bar
-  below them, so each panel gets the whole width and keeps its numbers;
+  below them, so each panel gets the whole width and keeps its numbers (panels without
+  numbers, patterns, two per row and square);
 * at most ``style.MAX_HEIGHT`` px tall with a slider's 80 px added, at the column
   width;
 * explicit axis ranges, so a slider over such figures never crops a frame.
@@ -464,8 +465,11 @@ def heatmap(
                         bar_px=bar_px)
     fig = _figure(go, make_subplots, panels, wide, style=style)
     # on a phone: one panel per row; numbers a size smaller if that is what lets them show
-    narrow_plan = max((_plan(panels, columns=1, width=NARROW_WIDTH, narrow=True, left=left, title=has_title,
-                             height=None, font=font) for font in (_fit.FONT_PX - 1, _fit.FONT_PX - 2)),
+    # panels without numbers (patterns) two per row, square, rather than squeezed flat
+    columns = 2 if len(panels) > 1 and not any(p.wants_text for p in panels) else 1
+    narrow_plan = max((_plan(panels, columns=columns, width=NARROW_WIDTH, narrow=True, left=left,
+                             title=has_title, height=None, font=font)
+                       for font in (_fit.FONT_PX - 1, _fit.FONT_PX - 2)),
                       key=lambda plan: (sum(plan.text), plan.font))
     narrow = _figure(go, make_subplots, panels, narrow_plan, style=style)
     patch = narrow.layout.to_plotly_json()
