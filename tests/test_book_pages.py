@@ -36,7 +36,7 @@ SEED = re.compile(r"seed text|source text|the seed'?s?\b(?!\s*[=(0-9])", re.I)
 CITE = re.compile(r"\{cite(?::[pt])?\}`([^`]+)`")
 # a call that returns a figure: rp.figures.heatmap/line/slider/bars/bench.*, the lab's
 # lab.figures.*, or any function named *_figure / *_slider (tables are not figures)
-FIGURE_CALL = re.compile(r"\bfigures\.(?!table\b|NumberedTable\b)[\w.]+\(|\b\w+_(?:figure|slider)\(")
+FIGURE_CALL = re.compile(r"\bfigures\.(?!table\b|NumberedTable\b|style\b)[\w.]+\(|\b\w+_(?:figure|slider)\(")
 NOT_FIGURES = {"print", "Markdown", "HTML", "display"}
 MAX_LINE = 88
 MAX_VISIBLE_LINE = 80  # what the book's column shows at 1280 px without scrolling
@@ -111,9 +111,16 @@ def draws_a_figure(cell: dict) -> bool:
     body = ast.parse(code).body
     if not body or not isinstance(body[-1], ast.Expr) or text.rstrip().endswith(";"):
         return False
-    last = body[-1].value  # text and tables are not figures
+    last = body[-1].value
     if isinstance(last, ast.Call):
-        return getattr(last.func, "id", None) not in NOT_FIGURES
+        if getattr(last.func, "id", None) in NOT_FIGURES:  # text and tables are not figures
+            return False
+        if FIGURE_CALL.search(ast.get_source_segment(code, last) or ""):
+            return True
+        root = last.func  # a method of a figure made above: fig.update_traces(...)
+        while isinstance(root, (ast.Attribute, ast.Call)):
+            root = root.value if isinstance(root, ast.Attribute) else root.func
+        return isinstance(root, ast.Name) and "fig" in root.id
     # a value shown at the end of a computing cell (a number, a tuple, a tensor) is not
     # a figure; a variable is one only when its name says so (``fig``)
     return isinstance(last, ast.Name) and "fig" in last.id
