@@ -117,6 +117,10 @@ def draws_a_figure(cell: dict) -> bool:
             return False
         if FIGURE_CALL.search(ast.get_source_segment(code, last) or ""):
             return True
+        drawing = {f.name for f in body if isinstance(f, ast.FunctionDef)
+                   and FIGURE_CALL.search(ast.get_source_segment(code, f) or "")}
+        if getattr(last.func, "id", None) in drawing:  # a function of this cell draws it
+            return True
         root = last.func  # a method of a figure made above: fig.update_traces(...)
         while isinstance(root, (ast.Attribute, ast.Call)):
             root = root.value if isinstance(root, ast.Attribute) else root.func
