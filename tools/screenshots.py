@@ -62,12 +62,12 @@ def _pages(filters: list[str]) -> list[str]:
 def _wait_until_drawn(tab) -> None:
     tab.wait_for_function(
         "() => Array.from(document.querySelectorAll('.plotly-graph-div')).every(d => d.querySelector('svg.main-svg'))",
-        timeout=30_000,
+        timeout=120_000,
     )
     if tab.locator(".math").count():
         tab.wait_for_function(
             "() => document.querySelectorAll('.math').length === document.querySelectorAll('.math mjx-container').length",
-            timeout=30_000,
+            timeout=120_000,
         )
     tab.wait_for_timeout(400)
 
@@ -112,6 +112,7 @@ def shoot(filters: list[str], *, dark: bool = False, out: Path = OUT) -> list[Pa
                 stem = page.replace("/", "_").removesuffix(".html")
                 for width, mode in [(w, "light") for w in WIDTHS] + ([(WIDTHS[0], "dark")] if dark else []):
                     tab = browser.new_page(viewport={"width": width, "height": 900})
+                    tab.set_default_timeout(120_000)  # a busy machine loads a long page slowly
                     tab.goto(url + page, wait_until="load")
                     _wait_until_drawn(tab)
                     tag = f"{width}-dark" if mode == "dark" else f"{width}"

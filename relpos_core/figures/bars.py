@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ._plotly import plotly_modules
-from .style import SERIES_COLORS, readable, scheme_color
+from .style import NEUTRAL, SERIES_COLORS, readable, scheme_color
 
 __all__ = ["bars"]
 
@@ -68,7 +68,7 @@ def bars(
     else:
         fig.update_xaxes(range=[0, max(xs + [reference or 0]) * 1.25])
     if reference is not None:
-        fig.add_vline(x=reference, line=dict(dash="dot", color="#555"), annotation_text=reference_label,
+        fig.add_vline(x=reference, line=dict(dash="dot", color=NEUTRAL), annotation_text=reference_label,
                       annotation_position="top")
     fig.update_layout(title=readable(title), height=height or 90 + 34 * len(labels), showlegend=False,
                       margin=dict(l=10, r=20, t=60 if title or reference_label else 30, b=50))

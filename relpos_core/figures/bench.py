@@ -51,8 +51,8 @@ def _key_legend(fig, forms, backends) -> None:
                                  line=dict(color=FORM_COLORS.get(form, "#8c564b"), width=4)))
     for backend in backends:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers", name=backend, hoverinfo="skip",
-                                 line=dict(color="#444", dash=BACKEND_DASH.get(backend, "solid"), width=2),
-                                 marker=dict(color="#444", symbol=BACKEND_SYMBOL.get(backend, "circle"), size=8)))
+                                 line=dict(color=NEUTRAL, dash=BACKEND_DASH.get(backend, "solid"), width=2),
+                                 marker=dict(color=NEUTRAL, symbol=BACKEND_SYMBOL.get(backend, "circle"), size=8)))
 
 
 def _top_legend(height_px: int = 0) -> dict:
@@ -185,7 +185,7 @@ def scheme_figure(result: dict, scheme: str, *, mode: str = "forward", traces_pe
         fig.update_xaxes(type="log", range=ranges["x"], tickvals=lengths, ticktext=[str(L) for L in lengths],
                          row=row, col=1)
     fig.update_xaxes(title_text="sequence length L", row=3, col=1)
-    fig.add_hline(y=1.0, line=dict(dash="dot", color="#888", width=1), row=3, col=1)
+    fig.add_hline(y=1.0, line=dict(dash="dot", color=NEUTRAL, width=1), row=3, col=1)
     # r=40: room for the last label of a slider placed under the figure
     fig.update_layout(height=height, margin=dict(l=70, r=40, t=80, b=40), legend=_top_legend())
     return fig
@@ -273,12 +273,12 @@ def exponent_figure(result: dict, *, mode: str = "forward", min_points: int = 4,
             fig.add_trace(go.Scatter(
                 x=xs, y=ys, mode="markers", name=backend, showlegend=False,
                 marker=dict(color=colours, symbol=BACKEND_SYMBOL.get(backend, "circle"), size=9,
-                            line=dict(color="#222", width=0.5)),
-                error_x=dict(type="data", array=errs, thickness=1.2, width=3, color="#333"),
+                            line=dict(color=NEUTRAL, width=0.5)),
+                error_x=dict(type="data", array=errs, thickness=1.2, width=3, color=NEUTRAL),
                 hovertemplate="%{y}<br>x = %{x:.2f}<extra>" + quantity.replace("_bytes", "") + "</extra>"),
                 row=1, col=col)
         for ref in (1, 2):
-            fig.add_vline(x=ref, line=dict(dash="dot", color="#999", width=1), row=1, col=col)
+            fig.add_vline(x=ref, line=dict(dash="dot", color=NEUTRAL, width=1), row=1, col=col)
         fig.update_xaxes(range=[-0.2, 2.9], tickvals=[0, 1, 2], row=1, col=col)
     keyed_backends = [] if one_backend else all_backends
     _key_legend(fig, all_forms, keyed_backends)

@@ -522,9 +522,19 @@ DARK_FIGURES = """() => {
     else { return c === 'transparent' ? null : 1; }
     return (0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]) / 255;
   };
+  // what shows through a transparent figure: the first painted box behind it
+  const behind = e => {
+    for (let p = e.parentElement; p; p = p.parentElement) {
+      const c = getComputedStyle(p).backgroundColor;
+      if (lum(c) !== null) { return c; }
+    }
+    return null;
+  };
   return Array.from(document.querySelectorAll('.plotly-graph-div')).map((gd, i) => {
     const f = gd._fullLayout, out = [];
     const paper = lum(f.paper_bgcolor), plot = lum(f.plot_bgcolor), text = lum(f.font.color);
+    const page = behind(gd);
+    if (page && lum(page) > 0.5) { out.push(`figure ${i + 1}: drawn on a light box ${page}`); }
     if (paper !== null && paper > 0.5) { out.push(`figure ${i + 1}: light paper ${f.paper_bgcolor}`); }
     if (plot !== null && plot > 0.5) { out.push(`figure ${i + 1}: light plot area ${f.plot_bgcolor}`); }
     if (text !== null && text < 0.5) { out.push(`figure ${i + 1}: dark text ${f.font.color}`); }
