@@ -1,20 +1,34 @@
 """relpos_core: relative position encodings in transformers, the library behind the relpos book.
 
-Import it as ``import relpos_core as rp``. Layers (see CONTRIBUTING.md):
-``rp.schemes`` (what each method computes: each scheme's ``position_term``),
-``rp.terms`` (the pieces a term is made of), ``rp.positions`` (where queries and keys
-sit), ``rp.kernels`` (how: forms and backends), ``rp.attend`` (the one entry point),
-``rp.registry`` (which paths exist), ``rp.measure`` (bytes and time), ``rp.figures``
-(heatmaps and sliders; plotly and ipywidgets load lazily, on first use),
-``rp.decoding`` (a small decoder per scheme, its KV cache, eviction, bytes and speed),
-``rp.failures`` (the checks that catch each failure mode of chapter 9).
+Import it as ``import relpos_core as rp``. Layers, from the ground up (CONTRIBUTING.md;
+``tests/test_imports.py`` fails on any import that goes down a layer the wrong way or
+closes a circle):
+
+1. ``rp.budget`` (the memory budget), ``rp.positions`` (where queries and keys sit),
+   ``rp.offsets``, ``rp.terms`` (the pieces a position term is made of);
+2. ``rp.kernels``: how a term is computed (forms naive / gather / skew, backends eager /
+   sdpa / flex, rotary maths, SDPA backend forcing, ``rp.attention`` written out);
+3. ``rp.schemes``: what each scheme computes, one declared file per scheme;
+4. ``rp.registry`` (every path, what each call may ask of it) and ``rp.measure`` (bytes,
+   time, the path guard, SDPA backend detection);
+5. ``rp.attend``: the one entry point;
+6. ``rp.models`` (one transformer for every scheme) and ``rp.cache`` (its KV cache);
+   ``rp.mla`` (multi-head latent attention and its cache of latents, chapter 7b);
+7. on top: ``rp.decoding`` (chapter 7), ``rp.lab`` (chapter 10), ``rp.failures``
+   (chapter 9), ``rp.figures`` (plotly and ipywidgets load lazily), ``rp.resources``
+   (the committed data the chapters read, shipped with the package), ``relpos_core.bench``
+   (the benchmark, imported on demand).
 """
-from . import failures, figures, kernels, lab, measure, offsets, positions, registry, schemes, terms
+from . import budget, offsets, outputs, positions, terms  # noqa: I001  (layer order)
+from . import kernels, schemes
+from . import measure, registry
 from .attend import attend
-from . import decoding  # noqa: E402  (uses attend and the schemes)
-from .attention import attention, attention_weights
+from . import cache, mla, models
+from . import decoding, failures, figures, lab, resources
+from .kernels.reference import attention, attention_weights
 from .offsets import relative_offsets
 
 __version__ = "0.1.0"
-__all__ = ["attend", "attention", "attention_weights", "relative_offsets", "offsets", "positions", "terms",
-           "schemes", "kernels", "registry", "measure", "decoding", "failures", "lab", "figures"]
+__all__ = ["attend", "attention", "attention_weights", "relative_offsets", "budget", "offsets", "outputs", "positions",
+           "terms", "schemes", "kernels", "registry", "measure", "models", "cache", "mla", "decoding", "failures", "lab",
+           "figures", "resources"]

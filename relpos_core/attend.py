@@ -14,14 +14,22 @@ tensor that grows with Lq Lk is allocated, ``attend``
 2. places the queries and keys by the one rule of ``relpos_core.positions`` (queries are
    the last Lq keys unless ``query_offset`` / ``query_positions`` / ``key_positions`` say
    otherwise);
-3. refuses a path that cannot compute the term (``registry.unsupported_reason``);
+3. refuses a path that cannot compute the term or this call (``registry.call_refusal``:
+   the same rules the memory guard uses to suggest a path);
 4. counts the bytes the path will allocate (``measure.analytic.peak_bytes``) and raises
-   ``MemoryBudgetError`` over the budget, naming the cheapest supported path that fits;
+   ``MemoryBudgetError`` over the budget, naming the cheapest path that fits and accepts
+   the call;
 5. scans q, k, v (and the term's tables) for NaN and inf.
 
 Behaviour shared by every path: causality is a mask (never part of a bias); a query
 whose mask hides every key gets a zero output row; non-finite q, k or v are refused
 (``check_finite=False`` skips that scan, and then NaN propagates as each kernel lets it).
+
+**No host syncs.** With ``check_finite=False`` and positions known from the shapes (the
+default rule or ``query_offset``), ``attend`` reads nothing back from the device and
+compiles with ``torch.compile`` without a graph break on every path. Explicit position
+tensors cost one read (``relpos_core.positions``) and the finiteness scan one more, each
+once per call and only when asked for. ``attend`` changes no process-wide setting.
 """
 from __future__ import annotations
 
@@ -33,7 +41,7 @@ from relpos_core.kernels.forms import BACKENDS, FORMS
 from relpos_core.measure import guard
 from relpos_core.measure.analytic import peak_bytes
 from relpos_core.positions import resolve_positions
-from relpos_core.registry import unsupported_reason
+from relpos_core.registry import Call, call_refusal, unsupported_reason
 from relpos_core.terms import NO_POSITION, PositionTerm
 
 __all__ = ["attend", "check_qkv", "choose_form"]
@@ -84,21 +92,23 @@ def _check_term(term: PositionTerm, q: torch.Tensor) -> None:
 
 
 def choose_form(term: PositionTerm, form: str | None) -> str:
-    """``form=None``: "none" for a term with nothing to form (no position, RoPE), else "gather"."""
+    """``form=None``: "none" for a term with nothing to form (no position, RoPE), "naive" for a term
+    with no per-offset table (FIRE), else "gather"."""
     if form is not None:
         return check_choice("form", form, FORMS)
-    return "gather" if (term.has_logit_terms or term.value is not None) else "none"
+    if not (term.has_logit_terms or term.value is not None):
+        return "none"
+    return "gather" if term.offset_only else "naive"
 
 
-def _check_offsets_covered(term: PositionTerm, pos, causal: bool) -> None:
-    """Refuse visible pairs whose offset has no row of its own (Transformer-XL's table length)."""
-    lowest = pos.min_offset
-    for piece in term.query_vectors + term.key_vectors:
-        floor = piece.rows.min_offset
-        if floor is not None and lowest < floor:
-            raise ValueError(
-                f"the term's {piece.name} covers offsets j - i >= {floor} ({piece.rows.description}); "
-                f"this call reaches {lowest}: give the table at least {-lowest + 1} rows")
+def _check_finite(tensors) -> None:
+    """One device read for every tensor: are they all finite? Names the first that is not."""
+    names = [name for name, _ in tensors]
+    ok = torch.stack([torch.isfinite(t).all() for _, t in tensors]).tolist()
+    for name, good in zip(names, ok):
+        if not good:
+            raise ValueError(f"{name} holds non-finite values (NaN or inf); pass check_finite=False to let "
+                             f"them through (then they reach the output as each kernel propagates them)")
 
 
 def attend(
@@ -142,27 +152,19 @@ def attend(
     reason = unsupported_reason(term, form, backend)
     if reason is not None:
         raise ValueError(f"form={form!r}, backend={backend!r} cannot compute {term.scheme}: {reason}")
-    if backend == "flex" and q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise ValueError(f"backend 'flex' takes q, k, v in float16, bfloat16 or float32 (FlexAttention has no "
-                         f"float64 kernel), got {q.dtype}; use backend 'eager' or 'sdpa' for float64")
-    if term.causal_only and not causal:
-        raise ValueError(f"{term.scheme} is decoder-only (keys after the query have no relative row): pass causal=True")
     pos = resolve_positions(Lq, Lk, query_offset=query_offset, query_positions=query_positions,
                             key_positions=key_positions, device=q.device)
-    if form == "skew" and not pos.contiguous:
-        raise ValueError("form 'skew' needs contiguous positions (each a run of consecutive integers); "
-                         "use form 'gather' for explicit or evicted positions")
-    _check_offsets_covered(term, pos, causal)
-    sizes = dict(B=B, H=H, Lq=Lq, Lk=Lk, d=d, dtype=q.dtype, contiguous=pos.contiguous, causal=causal,
-                 device_type=q.device.type, num_offsets=pos.max_offset - pos.min_offset + 1)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in [q, k, v] + [t for _, t in term.tensors()])
-    need = peak_bytes(term, form, backend, grad=grad, compiled=compiled, check_finite=check_finite, **sizes)
-    guard.check_path_memory(need, term=term, form=form, backend=backend, **sizes)
+    call = Call(B=B, H=H, Lq=Lq, Lk=Lk, d=d, dtype=q.dtype, device_type=q.device.type, causal=causal, grad=grad,
+                contiguous=pos.contiguous, min_offset=pos.min_offset, num_offsets=pos.num_offsets,
+                compiled=compiled, check_finite=check_finite)
+    reason = call_refusal(term, form, backend, call)
+    if reason is not None:
+        raise ValueError(f"form={form!r}, backend={backend!r} cannot compute {term.scheme} for this call: {reason}")
+    need = peak_bytes(term, form, backend, **call.ledger_sizes(backend))
+    guard.check_path_memory(need, term=term, form=form, backend=backend, call=call)
     if check_finite:
-        for name, t in (("q", q), ("k", k), ("v", v), *((f"the term's {n}", t) for n, t in term.tensors())):
-            if not bool(torch.isfinite(t).all()):
-                raise ValueError(f"{name} holds non-finite values (NaN or inf); pass check_finite=False to let "
-                                 f"them through (then they reach the output as each kernel propagates them)")
+        _check_finite([("q", q), ("k", k), ("v", v), *((f"the term's {n}", t) for n, t in term.tensors())])
     if backend == "eager":
         return eager.attention(q, k, v, term, form=form, pos=pos, causal=causal)
     if backend == "sdpa":

@@ -8,13 +8,17 @@ Two conventions appear in the literature and in code:
   the query. Used by Transformer-XL and DeBERTa.
 
 The two matrices are negatives (and transposes) of each other; each is antisymmetric.
+Queries and keys sit where ``rp.attend`` puts them (``relpos_core.positions``): key j at
+position j and the queries the *last* ``query_len`` keys, unless ``query_offset`` or
+``key_positions`` says otherwise.
 """
 from __future__ import annotations
 
 import torch
 
-from ._validate import check_choice, check_int, check_positive_int, check_tensor
-from .measure.guard import check_memory
+from relpos_core._validate import check_choice, check_positive_int
+from relpos_core.budget import check_memory
+from relpos_core.positions import query_key_positions
 
 CONVENTIONS = ("key_minus_query", "query_minus_key")
 
@@ -24,33 +28,26 @@ def relative_offsets(
     key_len: int | None = None,
     *,
     convention: str = "key_minus_query",
-    query_offset: int = 0,
+    query_offset: int | None = None,
     key_positions: torch.Tensor | None = None,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Signed offsets between query positions (rows) and key positions (columns).
 
-    Query i sits at absolute position ``query_offset + i`` and key j at position j, so
-    ``query_offset = key_len - query_len`` places the queries at the end of the keys
-    (a decoder step with a KV cache). ``key_positions`` (a 1-D integer tensor) puts key j
-    at ``key_positions[j]`` instead: the keys a cache kept after evicting others, at their
-    original positions. Returns a (query_len, key_len) int64 tensor.
+    Key j sits at position j (or at ``key_positions[j]``, a 1-D integer tensor: the keys
+    a cache kept after evicting others) and the queries are the last ``query_len`` keys,
+    as in ``rp.attend``: ``relative_offsets(2, 5)`` puts the queries at 3 and 4.
+    ``query_offset=o`` puts query i at ``o + i`` instead (``query_offset=0``: the
+    queries at the start). ``key_len`` defaults to ``query_len``. Returns a
+    (query_len, key_len) int64 tensor.
     """
     query_len = check_positive_int("query_len", query_len)
     check_choice("convention", convention, CONVENTIONS)
-    query_offset = check_int("query_offset", query_offset)
-    if key_positions is not None:
-        check_tensor("key_positions", key_positions, ndim=1, floating=False)
-        if key_positions.numel() == 0 or (key_len is not None and key_len != key_positions.numel()):
-            raise ValueError(
-                f"key_positions must hold one position per key (key_len = {key_len}), got shape {tuple(key_positions.shape)}"
-            )
-        k_pos = key_positions.to(device=device, dtype=torch.int64)[None, :]  # (1, Lk)
-    else:
-        key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
-        k_pos = torch.arange(key_len, device=device)[None, :]  # (1, Lk)
-    check_memory(8 * query_len * k_pos.shape[1], what="relative_offsets", shape=(query_len, k_pos.shape[1]),
-                 dtype=torch.int64)
-    q_pos = torch.arange(query_len, device=device)[:, None] + query_offset  # (Lq, 1)
-    key_minus_query = k_pos - q_pos  # (Lq, Lk)
-    return key_minus_query if convention == "key_minus_query" else -key_minus_query
+    if key_len is not None:
+        key_len = check_positive_int("key_len", key_len)
+    n_keys = key_positions.numel() if key_positions is not None else (key_len or query_len)
+    check_memory(8 * query_len * n_keys, what="relative_offsets", shape=(query_len, n_keys), dtype=torch.int64)
+    pos = query_key_positions(query_len, key_len, query_offset=query_offset, key_positions=key_positions,
+                              device=device)
+    key_minus_query = pos.offsets()  # (Lq, Lk)
+    return key_minus_query if convention == "key_minus_query" else key_minus_query.neg_()

@@ -1,44 +1,39 @@
-"""Every (scheme, form, backend) path, and what each supports: one list for the whole library.
+"""Every (scheme, form, backend) path, what each supports, and what each call may ask of it.
 
 Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb), whose coverage table
-is ``coverage_markdown()``. The benchmark's cases (``relpos_core.bench``), the byte counts
+is ``coverage_markdown()``. The benchmark's cases, the byte counts
 (``relpos_core.measure.analytic_bytes``), the memory guard's suggestion of a cheaper path
-and the cross-path test all read this module, so a path exists in exactly one place.
+and the cross-path tests all read this module, so a path exists in exactly one place.
 
-Schemes are collected from ``relpos_core.schemes``: every scheme module that defines
-``EXAMPLES`` (name -> ``example_term(num_heads, head_dim, k, *, device, dtype,
-generator)``) and ``K_NAMES`` (name -> the name of its distance parameter ``k``) is in
-the registry; "none" (no position signal) is added here. Support is *derived* from the
-pieces of a scheme's ``PositionTerm`` by ``unsupported_reason``, the same function
-``rp.attend`` uses to refuse a path, so the table and the behaviour cannot disagree.
+The schemes come from their declarations (``relpos_core.schemes``: every scheme file and
+its variants; none is listed here). Support is *derived* from the pieces of a scheme's
+``PositionTerm`` by ``unsupported_reason``, and what one call may ask of a path (its
+dtype, causality, positions, gradients) by ``call_refusal``: the same two functions
+``rp.attend`` uses to refuse a call and the memory guard uses to choose a path to
+suggest, so the table, the suggestion and the behaviour cannot disagree.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
+from relpos_core import schemes
 from relpos_core.kernels.forms import BACKENDS, FORMS
-from relpos_core.terms import NO_POSITION, PositionTerm, ScalarSlopes
+from relpos_core.terms import NO_POSITION, PairScalar, PositionTerm, ScalarSlopes
 
 __all__ = [
-    "SchemeEntry",
     "Path",
-    "SCHEMES",
+    "Call",
     "scheme_names",
     "example_term",
     "unsupported_reason",
+    "call_refusal",
     "paths",
     "coverage_markdown",
 ]
 
-
-@dataclass(frozen=True)
-class SchemeEntry:
-    name: str
-    make_example: Callable[..., PositionTerm]
-    k_name: str | None  # the scheme's distance parameter, passed as k to make_example
+FLEX_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @dataclass(frozen=True)
@@ -57,34 +52,51 @@ class Path:
     materialises: str  # the largest position-dependent tensor it builds
 
 
-def _collect() -> dict[str, SchemeEntry]:
-    from relpos_core import schemes
+@dataclass(frozen=True)
+class Call:
+    """What one attention call asks of a path: sizes, dtype, device, causality, positions, gradients."""
 
-    entries = {"none": SchemeEntry("none", lambda *a, **kw: NO_POSITION, None)}
-    for name in schemes.__all__:
-        module = getattr(schemes, name)
-        for scheme, make in getattr(module, "EXAMPLES", {}).items():
-            entries[scheme] = SchemeEntry(scheme, make, getattr(module, "K_NAMES", {}).get(scheme))
-    return entries
+    B: int
+    H: int
+    Lq: int
+    Lk: int
+    d: int
+    dtype: torch.dtype
+    device_type: str = "cpu"
+    causal: bool = False
+    grad: bool = False
+    contiguous: bool = True
+    min_offset: int | None = None  # the smallest key_pos - query_pos (default: -(Lq - 1) for self-attention)
+    num_offsets: int | None = None
+    compiled: bool = True
+    check_finite: bool = True
 
-
-SCHEMES: dict[str, SchemeEntry] = _collect()
+    def ledger_sizes(self, backend: str) -> dict:
+        """The keyword arguments of ``relpos_core.measure.analytic.peak_bytes`` for this call."""
+        return dict(B=self.B, H=self.H, Lq=self.Lq, Lk=self.Lk, d=self.d, dtype=self.dtype,
+                    contiguous=self.contiguous, causal=self.causal, grad=self.grad, device_type=self.device_type,
+                    num_offsets=self.num_offsets, compiled=self.compiled, check_finite=self.check_finite)
 
 
 def scheme_names() -> tuple[str, ...]:
-    return tuple(SCHEMES)
+    """Every name with an attention call of its own: the schemes and their variants, from the
+    declarations, less the variants that change only the model around attention."""
+    return tuple(n for n in schemes.names() if not getattr(schemes.lookup(n).variant, "model_only", False))
 
 
-def example_term(scheme: str, *, num_heads: int, head_dim: int, k: int = 16, device=None,
+def example_term(scheme: str, *, num_heads: int, head_dim: int, k: int | None = 16, device=None,
                  dtype=torch.float32, generator=None) -> PositionTerm:
-    """A scheme's term with random tables (``device="meta"``: shapes only, no memory)."""
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {list(SCHEMES)}, got {scheme!r}")
-    return SCHEMES[scheme].make_example(num_heads, head_dim, k, device=device, dtype=dtype, generator=generator)
+    """A scheme's term with random tables (``device="meta"``: shapes only, no memory).
+
+    ``k`` sets the scheme's distance parameter (ignored by schemes without one); a scheme
+    with no term at all (none, absolute positions) gives ``NO_POSITION``.
+    """
+    term = schemes.lookup(scheme).example(num_heads, head_dim, k, device=device, dtype=dtype, generator=generator)
+    return NO_POSITION if term is None else term
 
 
 def unsupported_reason(term: PositionTerm, form: str, backend: str) -> str | None:
-    """Why (form, backend) cannot compute ``term``, or None when it can."""
+    """Why (form, backend) cannot compute ``term`` at all, or None when it can."""
     if form not in FORMS:
         return f"form must be one of {list(FORMS)}, got {form!r}"
     if backend not in BACKENDS:
@@ -95,6 +107,9 @@ def unsupported_reason(term: PositionTerm, form: str, backend: str) -> str | Non
                 f"use form 'naive', 'gather' or 'skew'")
     if form != "none" and not has_pieces:
         return f"{term.scheme} has nothing to form (only {term.pieces() or 'no position signal'}): use form 'none'"
+    if form in ("gather", "skew") and not term.offset_only:
+        return (f"{term.scheme}'s bias depends on the query's position, not only on the offset, so no per-offset "
+                f"table exists: use form 'naive'")
     if form == "skew" and term.scalars:
         return "the skew form has no scalar bias (T5, ALiBi): use form 'gather'"
     if term.value is not None and backend != "eager":
@@ -105,13 +120,43 @@ def unsupported_reason(term: PositionTerm, form: str, backend: str) -> str | Non
     return None
 
 
+def call_refusal(term: PositionTerm, form: str, backend: str, call: Call) -> str | None:
+    """Why (form, backend) refuses this particular call, or None when it accepts it.
+
+    Everything ``unsupported_reason`` says, plus what depends on the call: FlexAttention's
+    dtypes, a decoder-only term without ``causal``, the skew without consecutive
+    positions, and offsets a table has no row for.
+    """
+    reason = unsupported_reason(term, form, backend)
+    if reason is not None:
+        return reason
+    if backend == "flex" and call.dtype not in FLEX_DTYPES:
+        return (f"backend 'flex' takes q, k, v in float16, bfloat16 or float32 (FlexAttention has no float64 "
+                f"kernel), got {call.dtype}; use backend 'eager' or 'sdpa' for float64")
+    if term.causal_only and not call.causal:
+        return f"{term.scheme} is decoder-only (keys after the query have no relative row): pass causal=True"
+    if form == "skew" and not call.contiguous:
+        return ("form 'skew' needs contiguous positions (each a run of consecutive integers); "
+                "use form 'gather' for explicit or evicted positions")
+    lowest = -(call.Lq - 1) if call.min_offset is None else call.min_offset
+    for piece in term.query_vectors + term.key_vectors:
+        floor = piece.rows.min_offset
+        if floor is not None and lowest < floor:
+            return (f"the term's {piece.name} covers offsets j - i >= {floor} ({piece.rows.description}); "
+                    f"this call reaches {lowest}: give the table at least {-lowest + 1} rows")
+    return None
+
+
 def _materialises(term: PositionTerm, form: str, backend: str) -> str:
     if not (term.has_logit_terms or term.value is not None):
         return "rotated q and k" if term.rotary is not None else "nothing"
     vectors = bool(term.query_vectors or term.key_vectors or term.value is not None)
+    pair_scalar = any(isinstance(s, PairScalar) for s in term.scalars)
     if backend == "flex":
+        if pair_scalar:
+            return "the [H, Lq, Lk] bias (read per pair)"
         small = "per-row tables [B, H, L, R]" if vectors else "per-offset table [H, Lq + Lk - 1]"
-        if any(isinstance(s, ScalarSlopes) for s in term.scalars) and not vectors:
+        if term.scalars and all(isinstance(s, ScalarSlopes) for s in term.scalars) and not vectors:
             small = "nothing (slope x offset in the kernel)"
         return small if form == "gather" else "an [Lq, Lk] index per pair"
     dense = "[B|1, H, Lq, Lk] logits"
@@ -137,7 +182,7 @@ def _path(scheme: str, term: PositionTerm, form: str, backend: str) -> Path:
 
 def paths(scheme: str | None = None) -> list[Path]:
     """Every supported path, in registry order (optionally of one scheme)."""
-    names = list(SCHEMES) if scheme is None else [scheme]
+    names = scheme_names() if scheme is None else [schemes.lookup(scheme).name]
     out = []
     for name in names:
         term = example_term(name, num_heads=2, head_dim=8, k=4, device="meta")
@@ -154,7 +199,7 @@ def coverage_markdown() -> str:
     have = {(p.scheme, p.form, p.backend) for p in paths()}
     head = "| scheme | no form | " + " | ".join(f"{f} / {b}" for f, b in cols) + " |"
     lines = [head, "|" + "---|" * (len(cols) + 2)]
-    for name in SCHEMES:
+    for name in scheme_names():
         none = ", ".join(b for b in BACKENDS if (name, "none", b) in have) or "-"
         cells = ["yes" if (name, f, b) in have else "-" for f, b in cols]
         lines.append(f"| {name} | {none} | " + " | ".join(cells) + " |")

@@ -10,14 +10,19 @@ that speaks of i - j flips the sign inside its ``RowIndex``):
 * ``ScalarTable``: a learned scalar per head and offset class, added to the logit
   (T5: ``table[h, bucket(off)]``);
 * ``ScalarSlopes``: a fixed slope per head times the distance, added to the logit (ALiBi);
+* ``ScalarFunction``: a scalar per head computed from the offset by a small function with
+  learned parameters (Kerple's ``-r1 log(1 + r2 |i - j|)``);
+* ``PairScalar``: a scalar per head that depends on the query's and the key's positions,
+  not only on their offset (FIRE normalises the distance by the query's position), so
+  it has no per-offset table: only the naive form computes it;
 * ``QueryVectors``: ``(q_i + shift) . E[row(off)]``, scaled like the content score
   (Shaw's key term, DeBERTa's c2p, Transformer-XL's (b) + (d) with shift = v);
 * ``KeyVectors``: ``k_j . E[row(off)]``, scaled like the content score (DeBERTa's p2c);
 * ``ValueVectors``: ``sum_j p_ij E[row(off)]`` added to the *output* (Shaw's value term;
   it is not a logit, so no attention mask or score_mod can express it).
 
-RoPE is none of these: it rotates q and k by their positions (``Rotary``) before any
-kernel. A ``PositionTerm`` bundles a scheme's pieces with its explicit logit scale:
+RoPE is none of these: it rotates q and k by their positions (``Rotary``, with its
+context-extension scalings and xPos's decay) before any kernel. A ``PositionTerm`` bundles a scheme's pieces with its explicit logit scale:
 
     logit_ij = scale * ((q_i + content_shift) . k_j + sum of vector terms) + sum of scalar terms
 
@@ -26,12 +31,16 @@ The kernel paths in ``relpos_core.kernels`` turn these pieces into logits (naive
 pair; gather: per row or offset, then index; skew: per offset, then a strided view) and
 hand them to an attention backend (eager, SDPA or FlexAttention). A new scheme needs one
 file in ``relpos_core/schemes`` that builds its ``PositionTerm`` from these pieces.
+
+**Bytes.** Every piece says what it allocates beyond its result (``values_peak``, a
+``RowIndex``'s ``work_bytes``), so the byte ledger of ``relpos_core.measure.analytic``
+asks the pieces and guesses nothing about a scheme.
 """
 from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -40,17 +49,30 @@ from relpos_core._validate import check_choice, check_int, check_tensor
 
 __all__ = [
     "RowIndex",
+    "no_work",
     "clipped_rows",
     "example_tensor",
     "ScalarTable",
     "ScalarSlopes",
+    "ScalarFunction",
+    "PairScalar",
     "QueryVectors",
     "KeyVectors",
     "ValueVectors",
     "Rotary",
+    "XPosDecay",
     "PositionTerm",
     "NO_POSITION",
 ]
+
+
+_I64 = 8
+_F32 = 4
+
+
+def no_work(n: int) -> int:
+    """A map that allocates nothing beyond its result (it works in place on its input)."""
+    return 0
 
 
 @dataclass(frozen=True)
@@ -64,12 +86,15 @@ class RowIndex:
     of their own (a Transformer-XL table covers distances up to its length only); a call
     whose visible pairs reach below it is refused rather than silently clipped.
     ``None``: every offset has its row (clipping, as in Shaw's, is part of the scheme).
+    ``work_bytes(n)``: the bytes the map allocates at its peak on n offsets, beyond its
+    int64 input (0 for an in-place clamp; T5's buckets declare their float32 steps).
     """
 
     num_rows: int
     rows_of_offsets: Callable[[torch.Tensor], torch.Tensor]
     description: str
     min_offset: int | None = None
+    work_bytes: Callable[[int], int] = no_work
 
     def __call__(self, offsets: torch.Tensor) -> torch.Tensor:
         return self.rows_of_offsets(offsets)
@@ -119,6 +144,13 @@ class ScalarTable:
         out = self.table[:, self.ids(offsets)]
         return out if dtype is None else out.to(dtype)
 
+    def values_peak(self, n: int, out_bytes: int) -> int:
+        """Peak bytes of ``values`` on n offsets beyond its input, result (``out_bytes``) included."""
+        return max(self.ids.work_bytes(n), _I64 * n + out_bytes)
+
+    def tensors(self) -> list[tuple[str, torch.Tensor]]:
+        return [(self.name, self.table)]
+
 
 @dataclass(frozen=True)
 class ScalarSlopes:
@@ -146,6 +178,81 @@ class ScalarSlopes:
         dtype = torch.float32 if dtype is None else dtype
         shape = (-1,) + (1,) * offsets.dim()
         return self.slopes.to(dtype).reshape(shape) * self.distance(offsets, dtype)
+
+    def values_peak(self, n: int, out_bytes: int) -> int:
+        """The offsets in the result's dtype (and |.| and its negation when symmetric), then the result."""
+        es = out_bytes // max(1, self.num_heads * n)
+        return es * n * (3 if self.symmetric else 1) + out_bytes
+
+    def tensors(self) -> list[tuple[str, torch.Tensor]]:
+        return [(self.name, self.slopes)]
+
+
+@dataclass(frozen=True)
+class ScalarFunction:
+    """logit_ij += fn(off_ij)[h]: a scalar per head computed from the offset (Kerple).
+
+    ``fn`` maps int64 offsets of any shape to (H, *shape) in float32 (or the dtype asked
+    for), reading the learned ``params`` (so gradients reach them); it must be
+    elementwise in the offset. ``peak(n, out_bytes)``: the most bytes ``fn`` holds at once
+    on n offsets, its result (``out_bytes``) included, declared by the scheme. Every form
+    that handles scalar terms computes it: per pair (naive), per offset then indexed
+    (gather, and FlexAttention's per-offset table).
+    """
+
+    fn: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
+    params: tuple
+    num_heads: int
+    name: str = "scalar function"
+    peak: Callable[[int, int], int] = lambda n, out_bytes: out_bytes
+
+    def __post_init__(self):
+        for i, p in enumerate(self.params):
+            check_tensor(f"params[{i}]", p, floating=True)
+        check_int("num_heads", self.num_heads, min_value=1)
+
+    def values(self, offsets: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """(H, *offsets.shape) in ``dtype`` (default float32)."""
+        return self.fn(offsets, torch.float32 if dtype is None else dtype)
+
+    def values_peak(self, n: int, out_bytes: int) -> int:
+        return self.peak(n, out_bytes)
+
+    def tensors(self) -> list[tuple[str, torch.Tensor]]:
+        return [(f"{self.name} params[{i}]", p) for i, p in enumerate(self.params)]
+
+
+@dataclass(frozen=True)
+class PairScalar:
+    """logit_ij += fn(query_pos_i, key_pos_j)[h]: a scalar that depends on both positions (FIRE).
+
+    ``fn(query_positions (Lq,), key_positions (Lk,), dtype)`` returns (H, Lq, Lk). The
+    value is not a function of the offset alone, so no per-offset table exists: only the
+    naive form (per pair) computes it, on every backend. ``peak(Lq, Lk, out_bytes)``: the
+    most bytes ``fn`` holds at once, its result included, declared by the scheme.
+    """
+
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]
+    params: tuple
+    num_heads: int
+    name: str = "pair scalar"
+    peak: Callable[[int, int, int], int] = lambda Lq, Lk, out_bytes: out_bytes
+
+    def __post_init__(self):
+        for i, p in enumerate(self.params):
+            check_tensor(f"params[{i}]", p, floating=True)
+        check_int("num_heads", self.num_heads, min_value=1)
+
+    def pair_values(self, query_positions: torch.Tensor, key_positions: torch.Tensor,
+                    dtype: torch.dtype | None = None) -> torch.Tensor:
+        """(H, Lq, Lk) in ``dtype`` (default float32)."""
+        return self.fn(query_positions, key_positions, torch.float32 if dtype is None else dtype)
+
+    def pairs_peak(self, Lq: int, Lk: int, out_bytes: int) -> int:
+        return self.peak(Lq, Lk, out_bytes)
+
+    def tensors(self) -> list[tuple[str, torch.Tensor]]:
+        return [(f"{self.name} params[{i}]", p) for i, p in enumerate(self.params)]
 
 
 @dataclass(frozen=True)
@@ -192,11 +299,65 @@ class ValueVectors:
 
 
 @dataclass(frozen=True)
+class XPosDecay:
+    """xPos's decay (Sun et al., 2022): q_n scaled by zeta^(n / scale_base), k_m by zeta^(-m / scale_base).
+
+    zeta_k = (2k / d + gamma) / (1 + gamma) per rotated pair k, so q . k gains
+    zeta^((n - m) / scale_base): a factor < 1 that shrinks with the distance behind the query.
+    """
+
+    scale_base: float = 512.0
+    gamma: float = 0.4
+
+    def __post_init__(self):
+        for name in ("scale_base", "gamma"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < math.inf:
+                raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+
+
+@dataclass(frozen=True)
 class Rotary:
-    """RoPE: rotate q by its query positions and k by its key positions (no logit term)."""
+    """RoPE: rotate q by its query positions and k by its key positions (no logit term).
+
+    ``base``: theta_k = base^(-2k / r) for pair k of the ``rotary_dim`` rotated dimensions
+    (None: the whole head; fewer: partial rotary, the rest pass through unchanged).
+    ``pairing``: "rotate_half" (dimension k with k + r/2) or "interleaved" (2k with 2k + 1).
+    ``scaling``: a context-extension method (``relpos_core.kernels.rotary``: its
+    ``inverse_frequencies`` and ``attention_factor``), or None. ``decay``: xPos, or None.
+    The maths is in ``relpos_core.kernels.rotary``.
+    """
 
     base: float = 10000.0
     pairing: str = "rotate_half"
+    rotary_dim: int | None = None
+    scaling: object | None = None
+    decay: XPosDecay | None = None
+
+    def __post_init__(self):
+        if isinstance(self.base, bool) or not isinstance(self.base, numbers.Real) or not self.base > 1:
+            raise ValueError(f"base must be a real number > 1, got {self.base!r}")
+        check_choice("pairing", self.pairing, ("rotate_half", "interleaved"))
+        if self.rotary_dim is not None:
+            r = check_int("rotary_dim", self.rotary_dim, min_value=2)
+            if r % 2:
+                raise ValueError(f"rotary_dim must be even (dimensions are rotated in pairs), got {r}")
+        if self.decay is not None and not isinstance(self.decay, XPosDecay):
+            raise ValueError(f"decay must be an XPosDecay or None, got {type(self.decay).__name__}")
+
+    @property
+    def dynamic(self) -> bool:
+        """True when the frequencies depend on the sequence length (dynamic NTK scaling)."""
+        return bool(getattr(self.scaling, "dynamic", False))
+
+    @property
+    def rotated_keys_cacheable(self) -> bool:
+        """Whether a key rotated once, at write time, stays right for every later query.
+
+        Not with xPos (its scale is kept relative to the call's positions, or it would
+        overflow) nor with a dynamic scaling (the frequencies change as the sequence grows).
+        """
+        return self.decay is None and not self.dynamic
 
 
 @dataclass(frozen=True)
@@ -229,6 +390,19 @@ class PositionTerm:
         """True when something must be added to the logits (a bias, a vector term)."""
         return bool(self.query_vectors or self.key_vectors or self.scalars)
 
+    @property
+    def offset_only(self) -> bool:
+        """True when every piece is a function of the offset alone (a per-offset table exists)."""
+        return not any(isinstance(s, PairScalar) for s in self.scalars)
+
+    def without_rotary(self) -> "PositionTerm":
+        """The same term with the rotation removed (q and k were rotated already, e.g. in a KV cache)."""
+        return replace(self, rotary=None)
+
+    def nbytes(self) -> int:
+        """Bytes of every tensor the term holds (its tables, slopes, parameters)."""
+        return sum(t.numel() * t.element_size() for _, t in self.tensors())
+
     def logit_scale(self, head_dim: int) -> float:
         return 1.0 / math.sqrt(head_dim) if self.scale is None else float(self.scale)
 
@@ -242,7 +416,7 @@ class PositionTerm:
             if getattr(piece, "shift", None) is not None:
                 out.append((f"{piece.name} shift", piece.shift))
         for piece in self.scalars:
-            out.append((piece.name, piece.table if isinstance(piece, ScalarTable) else piece.slopes))
+            out.extend(piece.tensors())
         if self.value is not None:
             out.append((f"{self.value.name} table", self.value.table))
         return out
@@ -260,6 +434,10 @@ class PositionTerm:
             kinds.append("scalar_table")
         if any(isinstance(s, ScalarSlopes) for s in self.scalars):
             kinds.append("scalar_slopes")
+        if any(isinstance(s, ScalarFunction) for s in self.scalars):
+            kinds.append("scalar_function")
+        if any(isinstance(s, PairScalar) for s in self.scalars):
+            kinds.append("pair_scalar")
         if self.value is not None:
             kinds.append("value_vectors")
         return kinds

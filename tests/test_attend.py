@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import relpos_core as rp
 from relpos_core import registry
-from tests.references_attend import REFERENCES, make_params
+from tests.references import CASES
 
 PATHS = [(p.scheme, p.form, p.backend) for p in registry.paths()]
 # FlexAttention's eager reference retraces every new shape (about a second on CPU): the per-path checks
@@ -32,6 +32,30 @@ SAMPLE = [p for p in PATHS if p[:2] in {("t5", "naive"), ("shaw_key", "gather"),
                                          ("alibi", "gather"), ("transformer_xl", "naive"), ("rope", "none")}
           and (p[2] != "flex" or p in FLEX_SAMPLE)]
 H, D = 2, 8
+
+
+def make_params(scheme, H, d, k, generator):
+    """(params, build(dtype) -> the scheme's term) from the scheme's reference file."""
+    case = CASES[scheme]
+    params = case.make_params(H, d, k, generator)
+    return params, lambda dtype: case.term(_cast(params, dtype))
+
+
+def _cast(params, dtype):
+    return {n: (t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t)
+            for n, t in params.items()}
+
+
+def _causal_only(scheme):
+    return rp.schemes.lookup(scheme).scheme.causal_only
+
+
+class _References(dict):
+    def __missing__(self, scheme):
+        return CASES[scheme].reference
+
+
+REFERENCES = _References()
 
 
 def _inputs(B, Lq, Lk, d, seed, dtype=torch.float64):
@@ -66,8 +90,8 @@ def _quiet(fn):
 def test_every_path_matches_the_float64_reference(path, Lq, extra, causal, mode, k, seed):
     scheme, form, backend = path
     Lk = Lq + extra
-    if scheme == "transformer_xl":
-        causal, k = True, max(k, 40)  # decoder only; a row for every distance drawn here
+    if _causal_only(scheme):
+        causal = True  # decoder only (Transformer-XL's reference table has a row for every distance drawn here)
     if form == "skew" and mode == "evicted":
         mode = "default"  # the skew needs consecutive positions (refused otherwise: tested below)
     kwargs, qpos, kpos = _positions(mode, Lq, Lk, seed)
@@ -107,41 +131,22 @@ def test_gradients_reach_q_k_v_and_every_table(path):
     """Backward through the path (flex on CPU: through the SDPA fallback, with a warning) equals float64 autograd."""
     scheme, form, backend = path
     params, _ = make_params(scheme, H, D, 3, torch.Generator().manual_seed(2))
-    leaves = {n: t.clone().requires_grad_(True) for n, t in params.items() if isinstance(t, torch.Tensor)}
+    leaves = {n: t.clone().requires_grad_(True) for n, t in params.items()
+              if isinstance(t, torch.Tensor) and t.is_floating_point()}
     q, k, v = (t.requires_grad_(True) for t in _inputs(1, 4, 6, D, 2))
-    causal = scheme == "transformer_xl" or path[1] == "skew"
-    if scheme == "transformer_xl":
-        leaves["r_k"] = torch.randn(H, 8, D, dtype=torch.float64, requires_grad=True)
+    causal = _causal_only(scheme) or path[1] == "skew"
     kpos = torch.arange(6)
     ref_params = {**params, **leaves}
     want = _grads(lambda: REFERENCES[scheme](q, k, v, ref_params, kpos[2:], kpos, causal), [q, k, v, *leaves.values()])
-    term = _term_from(scheme, ref_params)
     dtype = torch.float32 if backend == "flex" else torch.float64
     cast = {n: t.detach().to(dtype).requires_grad_(True) for n, t in leaves.items()}
     qkv = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
-    term = _term_from(scheme, {**params, **cast})
+    term = CASES[scheme].term({**_cast(params, dtype), **cast})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", rp.kernels.flex.FlexCPUBackwardWarning)
         got = _grads(lambda: rp.attend(*qkv, term, form=form, backend=backend, causal=causal), [*qkv, *cast.values()])
     for g, w in zip(got, want):
         torch.testing.assert_close(g.double(), w, atol=1e-4 if dtype == torch.float32 else 1e-9, rtol=1e-4)
-
-
-def _term_from(scheme, p):
-    s = rp.schemes
-    if scheme == "t5":
-        return s.t5.position_term(p["table"], max_distance=p["max_distance"])
-    if scheme in ("shaw", "shaw_key"):
-        return s.shaw.position_term(rel_key=p["rel_key"], rel_value=p.get("rel_value"), max_relative_position=p["k"])
-    if scheme == "deberta":
-        return s.deberta.position_term(p["pos_key"], p["pos_query"], att_span=p["att_span"])
-    if scheme == "transformer_xl":
-        return s.transformer_xl.position_term(p["r_k"], p["u"], p["v"])
-    if scheme == "alibi":
-        return s.alibi.position_term(H)
-    if scheme == "rope":
-        return s.rope.position_term()
-    return None
 
 
 def test_flex_on_cpu_with_gradients_warns_and_uses_sdpa():
@@ -203,8 +208,6 @@ def test_block_mask_and_score_mod_masking_agree_and_the_block_mask_skips_tiles()
 @pytest.mark.parametrize("path", CHEAP, ids="-".join)
 def test_a_query_that_sees_no_key_gets_zeros_on_every_path(path):
     scheme, form, backend = path
-    if scheme == "transformer_xl":
-        pytest.skip("Transformer-XL's table has no row for keys after the query, so the call is refused")
     params, build = make_params(scheme, H, D, 3, torch.Generator().manual_seed(6))
     q, k, v = _inputs(1, 3, 4, D, 6, torch.float32)
     out = _quiet(lambda: rp.attend(q, k, v, build(torch.float32), form=form, backend=backend, causal=True,

@@ -3,11 +3,15 @@
 * Every (form, backend) of the registry that decodes a scheme (``decode_paths``): the
   logits of step-by-step decoding with a KV cache equal those of one full forward pass,
   token by token (float64 on eager and SDPA; FlexAttention's eager reference in float32).
-* Sliding-window eviction with attention sinks, at original and at renumbered
-  positions, equals recomputation over the kept tokens (``Decoder.recompute``), and
-  for one layer equals a float64 construction from the papers' formulas
-  (``tests/references_attend.py``) that shares no code with the cache.
-* The byte formulas of ``relpos_core.decoding.ledger`` equal the real tensors' sizes.
+* Sliding-window eviction with attention sinks, in the cache's own position frame and at
+  original positions, equals recomputation over the kept tokens (``Decoder.recompute``),
+  and for one layer equals a float64 construction from the papers' formulas
+  (``tests/references``) that shares no code with the cache.
+* The byte counts of ``relpos_core.decoding.ledger`` equal the real tensors' sizes.
+* A cache refuses a model it was not made for, and a refused step leaves it unchanged.
+
+Every decodable scheme of the registry is run (``DECODED``, from the declarations), with
+the distance parameter its declaration gives the small preset.
 
 Tiny models and one CPU thread (module fixture): a decode step is a few small
 operations, where a second thread only adds waiting on a shared machine.
@@ -23,11 +27,11 @@ import torch
 
 import relpos_core as rp
 from relpos_core import decoding as dec
-from relpos_core.schemes import transformer_xl as txl_mod
-from tests.references_attend import REFERENCES
+from tests.references import CASES
 
 T, B, VOCAB = 8, 2, 32
 SINKS, WINDOW = 2, 3
+DECODED = dec.SCHEMES
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -38,9 +42,17 @@ def one_thread():
     torch.set_num_threads(previous)
 
 
-def _model(scheme, *, layers=2, dtype=torch.float64, **kw):
-    cfg = dec.DecoderConfig(scheme=scheme, vocab_size=VOCAB, d_model=16, num_heads=2, num_layers=layers,
-                            max_positions=24, max_relative_position=3, num_buckets=8, max_distance=12, **kw)
+def _position(scheme, max_positions=24):
+    """The small preset's distance parameter (a short table, so that clipping shows), from the declaration."""
+    distance = rp.schemes.lookup(scheme).scheme.distance
+    if distance is None or distance.follows_length:
+        return {}
+    return {distance.name: distance.for_preset("small", max_positions)}
+
+
+def _model(scheme, *, layers=2, dtype=torch.float64, max_positions=24):
+    cfg = dec.DecoderConfig(scheme=scheme, position=_position(scheme), vocab_size=VOCAB, d_model=16, num_heads=2,
+                            num_layers=layers, max_positions=max_positions)
     return dec.Decoder(cfg, seed=3, dtype=dtype)
 
 
@@ -49,12 +61,12 @@ def _tokens(n=T, seed=0):
 
 
 def _layouts(scheme):
-    return ["rotated", "unrotated"] if scheme == "rope" else [None]
+    return dec.ledger.layouts(scheme)
 
 
 def _cases(*, flex: bool):
     out = []
-    for scheme in dec.SCHEMES:
+    for scheme in DECODED:
         for form, backend in dec.decode_paths(scheme):
             if (backend == "flex") == flex:
                 out += [(scheme, form, backend, layout) for layout in _layouts(scheme)]
@@ -86,7 +98,8 @@ def test_cached_decoding_equals_full_recomputation(case):
 
 # FlexAttention's eager reference retraces every new shape (about a second on CPU): one scalar-bias
 # scheme, RoPE's unrotated cache and Transformer-XL's vector term cover what flex does differently.
-FLEX_CASES = [c for c in _cases(flex=True) if c[:2] in {("t5", "gather"), ("transformer_xl", "gather")}
+FLEX_CASES = [c for c in _cases(flex=True) if c[:2] in {("t5", "gather"), ("transformer_xl", "gather"),
+                                                        ("kerple_log", "gather"), ("fire", "naive")}
               or c[3] == "unrotated"]
 
 
@@ -99,7 +112,7 @@ def test_a_decode_step_on_flex_equals_full_recomputation(case):
     """
     scheme, form, backend, layout = case
     model, tokens = _model(scheme, layers=1, dtype=torch.float32), _tokens(5)
-    dense = None if form == "none" else "gather"
+    dense = form  # the same form on SDPA fills the cache
     full = model(tokens, form=dense, backend="sdpa")  # (B, 5, V)
     cache = model.new_cache(rope_layout=layout)
     model(tokens[:, :4], cache, form=dense, backend="sdpa")
@@ -108,22 +121,20 @@ def test_a_decode_step_on_flex_equals_full_recomputation(case):
     assert len(cache) == 5
 
 
-@pytest.mark.parametrize("scheme", dec.SCHEMES)
+@pytest.mark.parametrize("scheme", DECODED)
 def test_greedy_generation_is_the_same_with_and_without_a_cache(scheme):
     model, prompt = _model(scheme), _tokens(3)
-    form = None if scheme in ("absolute", "rope") else "gather"
-    backend = "eager" if scheme == "shaw" else "sdpa"
-    with_cache = model.generate(prompt, 4, model.new_cache(), form=form, backend=backend)
-    without = model.generate(prompt, 4, None, form=form, backend=backend)  # the whole sequence every step
+    with_cache = model.generate(prompt, 4, model.new_cache())  # the model's default path
+    without = model.generate(prompt, 4, None)  # the whole sequence every step
     assert with_cache.shape == (B, 7) and torch.equal(with_cache, without)
 
 
 # -- eviction ---------------------------------------------------------------------------
 def _eviction_cases():
     out = []
-    for scheme in dec.SCHEMES:
-        for frame in ("original", "renumbered"):
-            if scheme == "absolute" and frame == "renumbered":
+    for scheme in DECODED:
+        for frame in ("original", "cache"):
+            if rp.schemes.lookup(scheme).scheme.injects == "input" and frame == "cache":
                 continue
             paths = [p for p in dec.decode_paths(scheme, evicted=frame == "original") if p[1] != "flex"]
             chosen = {paths[-1]} | {p for p in paths if p[0] == "skew"}  # one path, and the skew form
@@ -152,60 +163,48 @@ def test_sink_window_eviction_equals_recomputation(case):
 def test_eviction_on_flex_equals_recomputation():
     """Gapped key positions on flex (a BlockMask from explicit positions): one step after the eviction."""
     model, tokens = _model("alibi", layers=1, dtype=torch.float32), _tokens(7)
-    cache = model.new_cache(sinks=SINKS, window=WINDOW)
+    cache = model.new_cache(sinks=SINKS, window=WINDOW, positions="original")
     model.decode(tokens[:, :6], cache, prefill=SINKS + WINDOW, form="gather", backend="sdpa")
     assert cache.positions.tolist() == [0, 1, 3, 4, 5]
     step = _quiet(model, tokens[:, 6:], cache, form="gather", backend="flex", compiled=False)
-    recomputed = model.recompute(tokens, sinks=SINKS, window=WINDOW, form="gather", backend="sdpa")
+    recomputed = model.recompute(tokens, sinks=SINKS, window=WINDOW, positions="original", form="gather",
+                                 backend="sdpa")
     torch.testing.assert_close(step, recomputed[:, 6:], rtol=1e-5, atol=1e-5)
 
 
-def _reference_params(model):
-    cfg, attn = model.config, model.blocks[0].attention
-    if cfg.scheme == "shaw":
-        return dict(k=cfg.max_relative_position, rel_key=attn.rel_key, rel_value=attn.rel_value)
-    if cfg.scheme == "t5":
-        return dict(table=model.t5_table, bidirectional=False, max_distance=cfg.max_distance)
-    if cfg.scheme == "transformer_xl":
-        R = txl_mod.sinusoidal_relative_encoding(cfg.max_positions, cfg.d_model, dtype=torch.float64)  # (D, D_m)
-        r_k = (R @ attn.r_net.weight.T).view(cfg.max_positions, cfg.num_heads, cfg.head_dim)  # (D, H, dh)
-        return dict(r_k=r_k.transpose(0, 1), u=attn.u, v=attn.v)
-    return dict(symmetric=False)
-
-
-@pytest.mark.parametrize("scheme", dec.SCHEMES)
+@pytest.mark.parametrize("scheme", DECODED)
 def test_one_layer_eviction_matches_the_papers_formulas(scheme):
     """One layer: each step's logits from the cache equal attention written pair by pair from the
-    paper (tests/references_attend.py) over the kept tokens at their original positions."""
+    paper (tests/references) over the kept tokens at their original positions."""
     model, tokens = _model(scheme, layers=1), _tokens(9, seed=4)
-    cache = model.new_cache(sinks=SINKS, window=WINDOW)
-    stepped = model.decode(tokens, cache, prefill=1, form=None if scheme in ("absolute", "rope") else "gather",
-                           backend="eager")
+    cache = model.new_cache(sinks=SINKS, window=WINDOW, positions="original")
+    stepped = model.decode(tokens, cache, prefill=1, backend="eager")
     block, attn = model.blocks[0], model.blocks[0].attention
-    reference = REFERENCES["none" if scheme == "absolute" else scheme]
+    case = CASES[scheme]
+    term = model.position_terms()[0]
+    params = case.params_of(term)
     positions = torch.arange(tokens.shape[1])
-    h = model.embed(tokens)
-    if scheme == "absolute":
-        h = h + rp.schemes.absolute.sinusoidal_position_embeddings(24, 16).double()[positions]
+    h = model.position.embed(model.embed(tokens), positions)  # absolute positions enter here
     x = block.norm1(h)
     q, k, v = (attn.heads(x, w) for w in (attn.wq, attn.wk, attn.wv))  # (B, H, T, dh)
     rows = []
     for t in range(tokens.shape[1]):
         kept = [j for j in range(t + 1) if j < SINKS or j >= t - WINDOW]
-        out = reference(q[:, :, t:t + 1], k[:, :, kept], v[:, :, kept], _reference_params(model),
-                        torch.tensor([t]), torch.tensor(kept), True)  # (B, H, 1, dh)
+        out = case.reference(q[:, :, t:t + 1], k[:, :, kept], v[:, :, kept], params,
+                             torch.tensor([t]), torch.tensor(kept), True)  # (B, H, 1, dh)
         rows.append(out)
     out = torch.cat(rows, dim=2).transpose(1, 2).reshape(B, tokens.shape[1], -1)  # (B, T, H dh)
-    logits = model.head(model.norm(block.finish(h, attn.wo(out))))  # (B, T, V)
+    h = h + attn.wo(out)
+    logits = model.head(model.norm(h + block.mlp(block.norm2(h))))  # (B, T, V)
     torch.testing.assert_close(stepped, logits, rtol=0, atol=1e-10)
 
 
 def test_renumbering_needs_the_rotated_keys_turned(monkeypatch):
     """Without the re-rotation a renumbered, rotated RoPE cache is wrong; the unrotated one needs none."""
     model, tokens = _model("rope"), _tokens(10)
-    recomputed = model.recompute(tokens, sinks=SINKS, window=WINDOW, positions="renumbered")
-    rotated = model.new_cache(sinks=SINKS, window=WINDOW, positions="renumbered", rope_layout="rotated")
-    unrotated = model.new_cache(sinks=SINKS, window=WINDOW, positions="renumbered", rope_layout="unrotated")
+    recomputed = model.recompute(tokens, sinks=SINKS, window=WINDOW, positions="cache")
+    rotated = model.new_cache(sinks=SINKS, window=WINDOW, positions="cache", rope_layout="rotated")
+    unrotated = model.new_cache(sinks=SINKS, window=WINDOW, positions="cache", rope_layout="unrotated")
     torch.testing.assert_close(model.decode(tokens, rotated), recomputed, rtol=0, atol=1e-10)
     torch.testing.assert_close(model.decode(tokens, unrotated), recomputed, rtol=0, atol=1e-10)
     # the rotated cache's keys are the unrotated cache's keys rotated at their new positions
@@ -213,18 +212,20 @@ def test_renumbering_needs_the_rotated_keys_turned(monkeypatch):
         torch.testing.assert_close(rotated.keys[layer],
                                    rp.schemes.rope.apply_rope(unrotated.keys[layer], unrotated.positions))
     monkeypatch.setattr(dec.KVCache, "_rerotate", lambda self, delta: None)  # forget to re-rotate
-    stale = model.decode(tokens, model.new_cache(sinks=SINKS, window=WINDOW, positions="renumbered"))
+    stale = model.decode(tokens, model.new_cache(sinks=SINKS, window=WINDOW, positions="cache"))
     assert (stale[:, SINKS + WINDOW + 1:] - recomputed[:, SINKS + WINDOW + 1:]).abs().max() > 1e-3
     torch.testing.assert_close(stale[:, :SINKS + WINDOW + 1], recomputed[:, :SINKS + WINDOW + 1])  # before
 
 
 def test_transformer_xl_table_must_cover_the_distances_to_the_sinks():
     model, tokens = _model("transformer_xl", layers=1), _tokens(30)  # rows for distances 0 .. 23
+    cache = model.new_cache(sinks=SINKS, window=WINDOW, positions="original")
     with pytest.raises(ValueError, match="covers offsets"):
-        model.decode(tokens, model.new_cache(sinks=SINKS, window=WINDOW), form="gather", backend="sdpa")
-    renumbered = model.new_cache(sinks=SINKS, window=WINDOW, positions="renumbered")
-    out = model.decode(tokens, renumbered, form="gather", backend="sdpa")  # distances stay below 6
-    torch.testing.assert_close(out, model.recompute(tokens, sinks=SINKS, window=WINDOW, positions="renumbered",
+        model.decode(tokens, cache, form="gather", backend="sdpa")
+    assert cache.seen == 24 and len(cache) == SINKS + WINDOW  # the refused step left the cache as it was
+    in_cache = model.new_cache(sinks=SINKS, window=WINDOW, positions="cache")
+    out = model.decode(tokens, in_cache, form="gather", backend="sdpa")  # distances stay below 6
+    torch.testing.assert_close(out, model.recompute(tokens, sinks=SINKS, window=WINDOW, positions="cache",
                                                     form="gather"), rtol=0, atol=1e-10)
 
 
@@ -239,92 +240,183 @@ def test_truncate_rolls_back_a_step():
 
 
 # -- bytes ------------------------------------------------------------------------------
-@pytest.mark.parametrize("scheme", dec.SCHEMES)
-def test_byte_formulas_equal_the_real_tensors(scheme):
+@pytest.mark.parametrize("scheme", DECODED)
+def test_byte_counts_equal_the_real_tensors(scheme):
     model, tokens = _model(scheme), _tokens(10)
     cfg = model.config
     sizes = dict(num_layers=2, num_heads=cfg.num_heads, head_dim=cfg.head_dim, dtype=torch.float64)
     for window in (None, WINDOW):
-        cache = model.new_cache(sinks=SINKS if window else 0, window=window)
+        cache = model.new_cache(sinks=SINKS if window else 0, window=window, positions="original")
         model.decode(tokens, cache, prefill=2, backend="eager")
-        assert cache.nbytes() == dec.cache_bytes(scheme, tokens=len(cache), batch=B, d_model=cfg.d_model, **sizes)
-    tensors = {t.data_ptr(): t for term in model.position_terms() if term is not None
-               for _, t in term.tensors()}  # T5's table and ALiBi's slopes: one tensor for all layers
-    stored = sum(t.numel() * t.element_size() for t in tensors.values())
-    assert stored == dec.shared_position_bytes(scheme, max_relative_position=3, num_buckets=8,
-                                               distances=cfg.max_positions, **sizes)
-    per_token = dec.bytes_per_token(scheme, context=10, batch=B, d_model=cfg.d_model, max_relative_position=3,
-                                    num_buckets=8, **sizes)
+        assert cache.nbytes() == dec.cache_bytes(scheme, tokens=len(cache), batch=B, **sizes)
+    held = dec.ledger.term_state_bytes(model.position_terms())  # the real tensors a decoding run holds
+    assert held == dec.shared_position_bytes(scheme, context=cfg.max_positions, position=_position(scheme), **sizes)
+    per_token = dec.bytes_per_token(scheme, context=10, batch=B, position=_position(scheme), **sizes)
     cache_part = sum(v for k, v in per_token.items() if k != "position tables")
-    assert math.isclose(cache_part * 10, sum(dec.cache_bytes(scheme, tokens=10, batch=1, d_model=cfg.d_model,
-                                                             **sizes).values()))
+    assert math.isclose(cache_part * 10, sum(dec.cache_bytes(scheme, tokens=10, batch=1, **sizes).values()))
 
 
-def test_transformer_xl_memory_is_half_the_keys_and_values():
-    kv = dec.cache_bytes("alibi", tokens=100, batch=1, num_layers=1, num_heads=4, head_dim=8, d_model=32)
-    mem = dec.cache_bytes("transformer_xl", tokens=100, batch=1, num_layers=1, num_heads=4, head_dim=8, d_model=32)
-    assert 2 * mem["memory"] == kv["keys"] + kv["values"] and kv["positions"] == mem["positions"] == 800
+def test_a_shared_table_is_counted_once():
+    sizes = dict(num_heads=4, head_dim=8, context=64, dtype=torch.float32)
+    t5 = [dec.shared_position_bytes("t5", num_layers=n, **sizes) for n in (1, 6)]
+    shaw = [dec.shared_position_bytes("shaw", num_layers=n, **sizes) for n in (1, 6)]
+    assert t5[0] == t5[1] == 32 * 4 * 4  # one (32 buckets, 4 heads) table for every layer
+    assert shaw[1] == 6 * shaw[0] == 6 * 2 * 17 * 8 * 4  # a^K and a^V (2k + 1 = 17 rows) per layer
+    txl = [dec.shared_position_bytes("transformer_xl", num_layers=1, **dict(sizes, context=c)) for c in (64, 128)]
+    assert txl[1] - txl[0] == 64 * 4 * 8 * 4  # rows W_kR R grow with the distances the cache reaches
+
+
+def test_every_scheme_caches_keys_and_values():
+    for scheme in DECODED:
+        kv = dec.cache_bytes(scheme, tokens=100, batch=1, num_layers=1, num_heads=4, head_dim=8)
+        assert kv == dict(keys=100 * 4 * 8 * 4, values=100 * 4 * 8 * 4, positions=800)
 
 
 def test_step_work():
     kw = dict(context=1000, num_heads=4, head_dim=8)
-    assert dec.step_work("rope_rotated", **kw)["madds"] == 2 * 2 * 4 * 8  # the new q and k only
-    assert dec.step_work("rope_unrotated", **kw)["madds"] == 2 * 4 * 8 * 1001  # every kept key again
+    assert dec.step_work("rope", rope_layout="rotated", **kw)["madds"] == 2 * 2 * 4 * 8  # the new q and k only
+    assert dec.step_work("rope", rope_layout="unrotated", **kw)["madds"] == 2 * 4 * 8 * 1001  # every kept key
     assert dec.step_work("absolute", **kw)["madds"] == 0
-    with pytest.raises(ValueError, match="cache layout"):
+    assert dec.step_work("alibi", **kw)["madds"] == 4 * 1000
+    assert dec.step_work("transformer_xl", **kw)["madds"] == 4 * 1000 * 8  # (q + v) . r for 1000 distances
+    with pytest.raises(ValueError, match="rope_layout"):
         dec.step_work("rope", **kw)
+    with pytest.raises(ValueError, match="rope_layout"):
+        dec.step_work("xpos", rope_layout="rotated", **kw)  # xPos keys are kept unrotated
 
 
 # -- arguments --------------------------------------------------------------------------
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="encoder"):
-        dec.DecoderConfig(scheme="deberta")
+        dec.Decoder(dec.DecoderConfig(scheme="deberta")).new_cache()
     with pytest.raises(ValueError, match="scheme must be one of"):
-        dec.DecoderConfig(scheme="xpos")
+        dec.DecoderConfig(scheme="xlnet")
+    with pytest.raises(ValueError, match="decoder-only"):
+        dec.DecoderConfig(scheme="xpos", causal=False)
+    with pytest.raises(ValueError, match="not options of"):
+        dec.DecoderConfig(scheme="t5", position=dict(max_relative_position=3))
     with pytest.raises(ValueError, match="window must be"):
         dec.KVCache(2, window=0)
     with pytest.raises(ValueError, match="sinks must be 0"):
         dec.KVCache(2, sinks=2)
     model = _model("absolute")
-    with pytest.raises(ValueError, match="renumbered"):
-        model.new_cache(sinks=1, window=2, positions="renumbered")
+    with pytest.raises(ValueError, match="recomputing"):
+        model.new_cache(sinks=1, window=2)  # the cache frame renumbers: absolute positions cannot
     with pytest.raises(ValueError, match="rope_layout"):
         model.new_cache(rope_layout="rotated")
     with pytest.raises(ValueError, match="tokens must lie in"):
         model(torch.full((1, 2), VOCAB))
-    with pytest.raises(ValueError, match="max_positions"):
+    with pytest.raises(ValueError, match="the table has 24 rows"):
         model.decode(_tokens(30)[:1], model.new_cache())
-    with pytest.raises(ValueError, match="must store 'memory'"):
+    with pytest.raises(ValueError, match="made for another model"):
         _model("transformer_xl")(_tokens(2), model.new_cache())
     cache = model.new_cache()
     model(_tokens(2), cache)
     with pytest.raises(ValueError, match="batch size"):
         model(_tokens(1)[:1], cache)
     with pytest.raises(ValueError, match="truncate"):
-        evicting = model.new_cache(sinks=1, window=1)
+        evicting = model.new_cache(sinks=1, window=1, positions="original")
         model.decode(_tokens(4), evicting)
         evicting.truncate(1)
-    broken = _model("alibi")
-    with torch.no_grad():
-        broken.blocks[1].attention.wk.weight[0, 0] = float("nan")
-    with pytest.raises(ValueError, match="non-finite"):
-        broken.decode(_tokens(3), broken.new_cache())
     assert dec.kept_positions(9, sinks=2, window=3).tolist() == [0, 1, 6, 7, 8, 9]
     assert dec.kept_positions(3, sinks=2, window=None).tolist() == [0, 1, 2, 3]
+
+
+def test_a_cache_refuses_another_model():
+    """Same scheme, other settings: a RoPE base, a pairing, a layout, a dtype, a T5 table size."""
+    rope = _model("rope")
+    other_base = dec.Decoder(dec.DecoderConfig(scheme="rope", position=dict(base=500.0), vocab_size=VOCAB, d_model=16,
+                                               num_heads=2, max_positions=24), seed=3, dtype=torch.float64)
+    for other in (other_base, _model("rope", dtype=torch.float32), _model("rope", layers=1)):
+        with pytest.raises(ValueError, match="made for another model"):
+            rope(_tokens(2), other.new_cache())
+    unrotated = rope.new_cache(rope_layout="unrotated")
+    rope(_tokens(2), unrotated)  # its own layout is fine
+    t5_small = dec.Decoder(dec.DecoderConfig(scheme="t5", position=dict(num_buckets=8, max_distance=12),
+                                             vocab_size=VOCAB, d_model=16, num_heads=2), seed=3)
+    with pytest.raises(ValueError, match="made for another model"):
+        _model("t5", dtype=torch.float32)(_tokens(2), t5_small.new_cache())
+
+
+def test_a_refused_step_leaves_the_cache_unchanged():
+    model, tokens = _model("shaw"), _tokens(6)
+    cache = model.new_cache()
+    model(tokens[:, :4], cache, backend="eager")
+    keys = [k.clone() for k in cache.keys]
+    with pytest.raises(ValueError, match="use backend 'eager'"):  # Shaw's value term on SDPA: refused in layer 0
+        model(tokens[:, 4:5], cache, form="gather", backend="sdpa")
+    assert len(cache) == 4 and cache.next_position == 4 and cache.seen == 4
+    assert all(torch.equal(a, b) for a, b in zip(keys, cache.keys))
+    full = model(tokens[:, :5], backend="eager")
+    torch.testing.assert_close(model(tokens[:, 4:5], cache, backend="eager"), full[:, 4:], rtol=0, atol=1e-10)
 
 
 # -- benchmark --------------------------------------------------------------------------
 def test_benchmark_writes_rows_with_provenance(tmp_path):
     out = tmp_path / "kv.json"
-    result = dec.bench.main(["--bench", "--preset", "tiny", "--schemes", "absolute", "alibi",
-                           "--backends", "eager", "sdpa", "--out", str(out)])
+    result = dec.bench.main(["--bench", "--preset", "tiny", "--schemes", "none", "alibi", "fire",
+                             "--backends", "eager", "sdpa", "--out", str(out), "--no-progress"])
     saved = json.loads(out.read_text())
+    assert saved["complete"] is True and not out.with_name(out.name + ".partial.jsonl").exists()
     assert saved["provenance"]["git_commit"] and saved["provenance"]["torch"] == torch.__version__
     assert saved["provenance"]["sizes"]["contexts"] == [16]
     labels = {r["label"] for r in saved["results"]}
-    assert labels == {dec.bench._label(*c) for c in dec.bench.benchmark_cases(["absolute", "alibi"],
+    assert labels == {dec.bench._label(*c) for c in dec.bench.benchmark_cases(["none", "alibi", "fire"],
                                                                               ["eager", "sdpa"])}
-    assert len(labels) == 6  # absolute: none on 2 backends; alibi: naive and gather on 2
-    assert all(r["status"] == "ok" and r["tokens_per_s"] > 0 for r in saved["results"])
+    assert len(labels) == 8  # none: 2 backends; alibi: naive and gather on 2; fire: naive on 2
+    for r in saved["results"]:
+        assert r["status"] == "ok" and r["tokens_per_s"] > 0 and r["step_peak_bytes"] > 0
+        t = r["ms_per_step"]
+        assert t["min"] <= t["median"] <= t["max"] and t["n"] == dec.bench.PRESETS["tiny"]["rounds"]
     ratios = dec.bench.throughput_ratios(result)
-    assert ratios[("absolute: none/sdpa", 16)] == 1.0
+    assert ratios[("none: none/sdpa", 16)] == 1.0
+
+
+def test_benchmark_records_a_prefill_over_budget_and_goes_on(tmp_path):
+    out = tmp_path / "kv.json"
+    with rp.budget.memory_budget(40_000):  # the tiny prefill of Shaw's naive path fits, T5's dense bias does not
+        result = dec.bench.main(["--bench", "--preset", "tiny", "--schemes", "shaw_key", "t5", "--backends", "eager",
+                                 "--contexts", "16", "64", "--out", str(out), "--no-progress"])
+    statuses = {(r["scheme"], r["context"], r["status"]) for r in result["results"]}
+    assert any(s == "skipped" for *_, s in statuses) and any(s == "ok" for *_, s in statuses)
+    for r in result["results"]:
+        if r["status"] == "skipped":
+            assert "over the memory budget" in r["reason"]
+
+
+def test_benchmark_output_is_checked_first(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(dec.bench, "run_decode_benchmark", lambda *a, **k: pytest.fail("ran"))
+    existing = tmp_path / "kv.json"
+    existing.write_text("keep")
+    for argv, text in ((["--out", str(existing)], "pass --force"), (["--contexts", "0"], "[1, 131072]"),
+                       (["--contexts", "999999999"], "[1, 131072]")):
+        with pytest.raises(SystemExit):
+            dec.bench.main(["--bench", "--preset", "tiny"] + argv)
+        assert text in capsys.readouterr().err
+    assert existing.read_text() == "keep"
+    monkeypatch.chdir(rp.outputs.PACKAGE.parent / "data" if (rp.outputs.PACKAGE.parent / "data").is_dir()
+                      else rp.outputs.PACKAGE)
+    with pytest.raises(SystemExit):  # the default path would land in data/ (or the package): refused
+        dec.bench.main(["--bench", "--preset", "tiny"])
+    assert "committed results" in capsys.readouterr().err
+
+
+def test_benchmark_ctrl_c_keeps_what_finished(tmp_path, monkeypatch):
+    real = rp.measure.timing.burst
+    calls = []
+
+    def interrupt(fn, iters, device):
+        calls.append(1)
+        if len(calls) > 3:  # after one round of the three cases
+            raise KeyboardInterrupt
+        return real(fn, iters, device)
+
+    monkeypatch.setattr(rp.measure.timing, "burst", interrupt)
+    out = tmp_path / "kv.json"
+    with pytest.raises(SystemExit) as exc:
+        dec.bench.main(["--bench", "--preset", "tiny", "--schemes", "none", "alibi", "--backends", "sdpa",
+                        "--out", str(out), "--no-progress"])
+    saved = json.loads(out.read_text())
+    assert exc.value.code == 130 and saved["complete"] is False
+    assert {r["status"] for r in saved["results"]} == {"ok"} and all(r["ms_per_step"]["n"] == 1
+                                                                      for r in saved["results"])

@@ -1,4 +1,5 @@
-"""The experiments lab (relpos_core.lab): tasks, models, adapter, pipeline, determinism, CLI."""
+"""The experiments lab (relpos_core.lab): tasks, models (the library's one transformer), pipeline,
+determinism, CLI."""
 from __future__ import annotations
 
 import json
@@ -9,9 +10,8 @@ import pytest
 import torch
 
 import relpos_core as rp
-from relpos_core.lab import attention as adapter
 from relpos_core.lab.__main__ import main as lab_main
-from relpos_core.lab.models import SCHEMES, LabModelConfig, build_model
+from relpos_core.lab.models import SCHEMES, build_model, lab_config
 from relpos_core.lab.presets import MULTIPLIERS, get_preset
 from relpos_core.lab.tasks import IGNORE, CopyTask, MarkerTask, PositionTask, RetrievalTask, make_task
 from relpos_core.lab.train import derive_seed, train_run
@@ -111,94 +111,75 @@ def test_task_arguments_are_checked(call, match):
         call()
 
 
-# ----------------------------------------------------------------------------- models and the adapter
+# ----------------------------------------------------------------------------- models
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_every_model_runs_at_every_evaluation_length(scheme):
     for causal in (True, False):
-        cfg = LabModelConfig(scheme=scheme, vocab_size=20, num_classes=7, train_length=16, max_positions=128,
-                             causal=causal, deberta_span=8)
+        if rp.schemes.lookup(scheme).scheme.causal_only and not causal:
+            continue
+        cfg = lab_config(scheme, vocab_size=20, num_classes=7, max_positions=128, causal=causal)
         model = build_model(cfg, seed=0).eval()
         for m in MULTIPLIERS:
             tokens = torch.randint(0, 20, (2, 16 * m))  # (B, L)
             with torch.no_grad():
                 logits = model(tokens)
             assert logits.shape == (2, 16 * m, 7) and torch.isfinite(logits).all()
-    with pytest.raises(ValueError, match="at most max_positions = 128"):
-        model(torch.zeros(1, 129, dtype=torch.long))
 
 
 def test_model_config_is_checked():
-    base = dict(vocab_size=10, num_classes=3, train_length=16, max_positions=128)
+    base = dict(vocab_size=10, num_classes=3, max_positions=128, causal=False)
     with pytest.raises(ValueError, match="scheme must be one of"):
-        LabModelConfig(scheme="xpos", **base)
-    with pytest.raises(ValueError, match="max_positions must be >= train_length"):
-        LabModelConfig(scheme="learned", **dict(base, max_positions=8))
-    with pytest.raises(ValueError, match="num_heads must divide d_model"):
-        LabModelConfig(scheme="rope", num_heads=3, **base)
-    with pytest.raises(ValueError, match="shaw_init must be one of"):
-        LabModelConfig(scheme="shaw_kv", shaw_init="zeros", **base)
+        lab_config("kerple", **base)
+    with pytest.raises(ValueError, match="decoder-only"):
+        lab_config("xpos", **base)
+    with pytest.raises(ValueError, match="d_model must be divisible by num_heads"):
+        lab_config("rope", num_heads=3, **base)
+    with pytest.raises(ValueError, match="init must be one of"):
+        lab_config("shaw", position=dict(init="zeros"), **base)
+    learned = build_model(lab_config("learned", **dict(base, max_positions=8)), seed=0)
+    with pytest.raises(ValueError, match="the table has 8 rows"):
+        learned(torch.zeros(1, 9, dtype=torch.long))
 
 
-def _qkv(B=2, H=4, L=12, d=16):
-    torch.manual_seed(0)
-    return [torch.randn(B, H, L, d) for _ in range(3)]
-
-
-def test_adapter_calls_the_schemes_of_relpos_core():
-    q, k, v = _qkv()
-    H, L = 4, 12
-    rel_key, rel_value = torch.randn(9, 16), torch.randn(9, 16)  # k = 4
-    out = adapter.shaw_attention(q, k, v, {"rel_key": rel_key, "rel_value": rel_value, "k": 4}, causal=True)
-    ref = rp.schemes.shaw.shaw_attention(q, k, v, rel_key=rel_key, rel_value=rel_value, max_relative_position=4,
-                                         causal=True)
-    torch.testing.assert_close(out, ref)
-    table = torch.randn(32, H)
-    out = adapter.t5_attention(q, k, v, {"table": table, "max_distance": 20}, causal=False)
-    bias = rp.schemes.t5.t5_bias_from_table(table, L, bidirectional=True, max_distance=20)  # (H, L, L)
-    torch.testing.assert_close(out, rp.attention(q, k, v, bias=bias))
-    # causal ALiBi: the symmetric bias plus the shared mask equals the paper's causal bias
-    out = adapter.alibi_attention(q, k, v, {}, causal=True)
-    torch.testing.assert_close(out, rp.attention(q, k, v, bias=rp.schemes.alibi.alibi_bias(H, L, causal=True)))
-    pos = torch.arange(L)
-    out = adapter.rope_attention(q, k, v, {}, causal=False)
-    ref = rp.attention(rp.schemes.rope.apply_rope(q, pos), rp.schemes.rope.apply_rope(k, pos), v)
-    torch.testing.assert_close(out, ref)
-
-
-def test_deberta_block_matches_relpos_core_disentangled_attention():
-    cfg = LabModelConfig(scheme="deberta", vocab_size=10, num_classes=3, train_length=12, max_positions=12,
-                         deberta_span=4)
-    model = build_model(cfg, seed=0)
-    block = model.blocks[0]
+def test_deberta_layer_matches_relpos_core_disentangled_attention():
+    """The lab's DeBERTa layer (rp.attend with the declared term) equals the module that matches HF's."""
+    model = build_model(lab_config("deberta", vocab_size=10, num_classes=3, max_positions=12, causal=False,
+                                   position=dict(att_span=4)), seed=0)
+    attn = model.blocks[0].attention
     dcfg = rp.schemes.deberta.DisentangledConfig(hidden_size=64, num_heads=4, max_relative_positions=4)
     ref = rp.schemes.deberta.DisentangledSelfAttention(dcfg)
-    for mine, theirs in ((block.q_proj, ref.query_proj), (block.k_proj, ref.key_proj), (block.v_proj, ref.value_proj)):
-        theirs.load_state_dict(mine.state_dict())
-    x = torch.randn(2, 12, 64)  # (B, L, D)
-    rel = model.relative_table()  # (2S, D)
-    h = block.ln_attn(x)
-    q, k, v = (block._heads(p(h)) for p in (block.q_proj, block.k_proj, block.v_proj))
-    ours = block.attend(q, k, v, block._tables(rel), causal=False)  # (B, H, L, d)
+    with torch.no_grad():
+        for mine, theirs in ((attn.wq, ref.query_proj), (attn.wk, ref.key_proj), (attn.wv, ref.value_proj)):
+            theirs.weight.copy_(mine.weight)
+            theirs.bias.zero_()
+    h = torch.randn(2, 12, 64)  # (B, L, D)
+    rel = model.position.norm(model.position.rel_embeddings)  # (2S, D): the shared table, normalised
+    q, k, v = (attn.heads(h, w) for w in (attn.wq, attn.wk, attn.wv))
+    ours = rp.attend(q, k, v, model.position.term(0, attn), backend="eager")  # (B, H, L, d)
     torch.testing.assert_close(ours.transpose(1, 2).reshape(2, 12, 64), ref(h, None, rel), rtol=1e-5, atol=1e-5)
 
 
-def test_emd_is_relpos_cores_decoder_around_the_last_block():
-    cfg = LabModelConfig(scheme="deberta_emd", vocab_size=10, num_classes=3, train_length=16, max_positions=128)
+def test_emd_adds_absolute_positions_and_reruns_the_last_block():
+    cfg = lab_config("deberta_emd", vocab_size=10, num_classes=3, max_positions=128, causal=False)
     model = build_model(cfg, seed=0)
-    assert isinstance(model.emd, rp.schemes.deberta.EnhancedMaskDecoder)
-    assert model.emd.layer is model.blocks[-1]  # weights shared, as in DeBERTa's release
-    plain = build_model(LabModelConfig(**dict(cfg.to_dict(), scheme="deberta")), seed=0)
+    plain = build_model(lab_config("deberta", vocab_size=10, num_classes=3, max_positions=128, causal=False), seed=0)
     assert sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in plain.parameters()) == 128 * 64
+    calls = []
+    for i, block in enumerate(model.blocks):
+        block.register_forward_hook(lambda m, args, kwargs, out, i=i: calls.append((i, kwargs.get("query") is not None)),
+                                    with_kwargs=True)
+    model(torch.zeros(1, 5, dtype=torch.long))
+    assert calls == [(0, False), (1, True), (1, True)]  # the second-to-last output, then the last block twice
 
 
 def test_shaw_sinusoidal_init_has_the_random_init_row_norm():
     rows = {}
     for init in ("random", "sinusoidal"):
-        cfg = LabModelConfig(scheme="shaw_kv", vocab_size=10, num_classes=3, train_length=16, max_positions=16,
-                             shaw_k=16, shaw_init=init)
-        rows[init] = build_model(cfg, seed=0).blocks[0].rel_key.detach()  # (33, 16)
+        cfg = lab_config("shaw", vocab_size=10, num_classes=3, max_positions=16, causal=False,
+                         position=dict(max_relative_position=16, init=init))
+        rows[init] = build_model(cfg, seed=0).position.rel_key[0].detach()  # (33, 16)
     assert rows["sinusoidal"].shape == (33, 16)
     torch.testing.assert_close(rows["sinusoidal"].norm(dim=1), torch.full((33,), 0.02 * 4.0))  # 0.02 sqrt(d)
     sim = lab.results.cosine_similarity(rows["sinusoidal"])
@@ -214,7 +195,7 @@ def _strip_times(record):
 
 def test_a_seeded_run_is_deterministic():
     preset = get_preset("tiny")
-    for run_id in ("marker/shaw_kv-k16", "copy/t5", "position/deberta_emd"):
+    for run_id in ("marker/shaw-k16", "copy/t5", "position/deberta_emd"):
         spec = preset.run(run_id)
         a, _ = train_run(preset, spec, seed=7)
         b, _ = train_run(preset, spec, seed=7)
@@ -248,8 +229,8 @@ def test_untrained_rows_of_the_learned_table_stay_at_their_initial_values():
     preset = get_preset("tiny")
     spec = preset.run("retrieval/learned")
     record, model = train_run(preset, spec, seed=0)
-    init = build_model(model.config, seed=derive_seed(0, "init", spec.run_id)).position_embedding.weight
-    trained = model.position_embedding.weight.detach()
+    init = build_model(model.config, seed=derive_seed(0, "init", spec.run_id)).position.weight
+    trained = model.position.weight.detach()
     L = preset.tasks["retrieval"].train_length
     assert record["untrained_position_rows"] == [L, 8 * L]
     assert torch.equal(trained[L:], init[L:])  # never seen in training: untouched
@@ -259,7 +240,8 @@ def test_untrained_rows_of_the_learned_table_stay_at_their_initial_values():
 @pytest.fixture(scope="module")
 def tiny_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("lab")
-    lab_main(["--preset", "tiny", "--seeds", "0", "1", "--out", str(out), "--no-progress", "--workers", "1"])
+    lab_main(["--preset", "tiny", "--seeds", "0", "1", "--out", str(out / "lab-tiny.json"), "--no-progress",
+              "--workers", "1"])
     return out, lab.results.load_results(out / "lab-tiny.json")
 
 
@@ -279,9 +261,10 @@ def test_cli_pipeline_end_to_end_on_the_tiny_preset(tiny_results):
         assert sum(t for _, t in r["eval"]["1"]["by_detail"].values()) == r["eval"]["1"]["labels"]
     for name in ("retrieval", "copy", "marker", "marker-detail", "position-detail"):
         assert (out / f"lab-tiny-{name}.png").stat().st_size > 1000
-    assert res["provenance"]["workers"] == 1
+    assert res["provenance"]["workers"] == 1 and res["complete"] is True
+    assert not (out / "lab-tiny.json.partial.jsonl").exists()
     table = lab.results.length_table(res, "marker")
-    assert [row["variant"] for row in table][:2] == ["none", "sinusoidal"]
+    assert [row["variant"] for row in table][:2] == ["none", "absolute"]
     assert table[0][1]["n"] == 2
 
 
@@ -291,9 +274,9 @@ def test_results_tables_and_figures(tiny_results):
     assert s["mean"] == 0.75 and s["min"] == 0.5 and s["max"] == 1.0 and math.isclose(s["std"], 0.25)
     md = lab.results.length_table_markdown(res, "retrieval")
     assert md.splitlines()[0].startswith("| model | 1x (L = 16) | 2x (L = 32)")
-    details, mean, per_seed = lab.results.detail_accuracy(res, "marker/shaw_kv")
+    details, mean, per_seed = lab.results.detail_accuracy(res, "marker/shaw")
     assert len(per_seed) == 2 and len(mean) == len(details) and set(details) <= set(range(-16, 17)) - {0}
-    assert len(lab.figures.length_figure(res, "copy").data) == 9
+    assert len(lab.figures.length_figure(res, "copy").data) == len(lab.presets.schemes_for(True))
     assert len(lab.figures.clipping_slider(res, "shaw").static_figure().frames) == 4
     assert len(lab.figures.clipping_slider(res, "t5").static_figure().frames) == 3
     assert len(lab.figures.band_figure(res).static_figure().frames) == 2
@@ -328,12 +311,48 @@ def test_cli_rejects_bad_arguments_before_training(argv, message, capsys, monkey
     assert message in capsys.readouterr().err
 
 
-def test_cli_rejects_an_output_path_that_is_a_file(tmp_path, capsys):
+def test_cli_checks_the_output_before_training(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(lab.train, "run_preset", lambda *a, **k: pytest.fail("training started"))
     target = tmp_path / "results.json"
     target.write_text("{}")
-    with pytest.raises(SystemExit):
-        lab_main(["--preset", "tiny", "--out", str(target)])
-    assert "argument --out: must be a folder" in capsys.readouterr().err
+    for argv, message in ((["--out", str(target)], "exists: pass --force"),
+                          (["--out", str(tmp_path)], "is a folder"),
+                          (["--out", str(tmp_path / "r.txt")], "must end in .json")):
+        with pytest.raises(SystemExit):
+            lab_main(["--preset", "tiny"] + argv)
+        assert message in capsys.readouterr().err
+    assert target.read_text() == "{}"  # nothing replaced
+
+
+def test_cli_never_writes_into_the_package_by_default(tmp_path, monkeypatch):
+    from relpos_core.outputs import Output, protected_folders
+
+    monkeypatch.chdir(rp.outputs.PACKAGE)  # a user running it from inside the package folder
+    default = Output.from_argument(None, tool="lab-tiny")
+    with pytest.raises(ValueError, match="committed results: name it with --out"):
+        default.check()
+    assert rp.outputs.PACKAGE in protected_folders()
+
+
+def test_ctrl_c_keeps_the_finished_runs(tmp_path, monkeypatch):
+    calls = []
+    real = lab.train.train_run
+
+    def train_then_interrupt(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lab.train, "train_run", train_then_interrupt)
+    out = tmp_path / "lab.json"
+    with pytest.raises(SystemExit) as exc:
+        lab_main(["--preset", "tiny", "--seeds", "0", "--out", str(out), "--no-progress", "--workers", "1",
+                  "--no-plots"])
+    assert exc.value.code == 130
+    res = lab.results.load_results(out)
+    assert res["complete"] is False and len(res["runs"]) == 2
+    assert [r["run_id"] for r in res["runs"]] == [s.run_id for s in get_preset("tiny").runs[:2]]
 
 
 def test_compare_is_seed_by_seed(tiny_results):

@@ -1,25 +1,29 @@
-"""Decoding with a KV cache: a small decoder per scheme, the cache, its bytes, its speed.
+"""Decoding with a KV cache: the model, its cache, its bytes, its speed.
 
 Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb).
 
-* ``model``: ``DecoderConfig`` and ``Decoder`` (absolute, Shaw, T5, ALiBi, RoPE,
-  Transformer-XL), whose attention is ``rp.attend``; ``decode_paths`` lists the kernel
-  paths each scheme decodes on; ``kept_positions`` is the sink + window rule.
-* ``cache``: ``KVCache``, keys and values (or Transformer-XL's memory) with sink +
-  window eviction at original or renumbered positions.
-* ``ledger``: bytes per cached token and per-step work, as formulas checked against
-  the real tensors.
+* ``model``: ``Decoder`` (the library's one model, ``relpos_core.models.Transformer``)
+  and ``DecoderConfig``; ``SCHEMES`` (every scheme a decoder can use, from the
+  declarations), ``decode_paths``, ``kept_positions`` (the sink + window rule);
+* ``KVCache`` (``relpos_core.cache``): keys and values with sink + window eviction in the
+  cache's own position frame (StreamingLLM) or at original positions;
+* ``ledger``: bytes per cached token and per-step work, derived from each scheme's
+  position term and checked against the real tensors;
 * ``bench``: decode throughput per scheme and path in one run,
-  ``python -m relpos_core.decoding --bench``.
-* ``plots``: the chapter's figures (plotly, imported lazily on first use).
+  ``python -m relpos_core.decoding --bench --out FILE``;
+* ``plots``: the chapter's figures (plotly, imported lazily on first use);
+* ``scale`` (chapter 7b): bytes per token of MHA, MQA, GQA and MLA with published
+  configurations as presets, and a decode-step timing of each cache layout,
+  ``python -m relpos_core.decoding --scale --out FILE``.
 
 Only torch is imported here.
 """
-from . import bench, cache, ledger, model, plots
-from .cache import KVCache
+from relpos_core.cache import KVCache
+
+from . import bench, ledger, model, plots, scale
 from .ledger import bytes_per_token, cache_bytes, shared_position_bytes, step_work
 from .model import NOT_DECODED, SCHEMES, Decoder, DecoderConfig, decode_paths, kept_positions
 
-__all__ = ["model", "cache", "ledger", "bench", "plots", "Decoder", "DecoderConfig", "KVCache", "SCHEMES",
+__all__ = ["model", "ledger", "bench", "plots", "scale", "Decoder", "DecoderConfig", "KVCache", "SCHEMES",
            "NOT_DECODED", "decode_paths", "kept_positions", "cache_bytes", "shared_position_bytes",
            "bytes_per_token", "step_work"]

@@ -2,19 +2,18 @@
 
 Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb).
 
-Three counts, each a closed formula that the tests and the chapter check against the
-real tensors of a ``relpos_core.decoding.KVCache`` and of the decoder's position terms:
+Nothing here is written per scheme: every count is read off the decoder's own position
+terms, built on the meta device (shapes only, no memory) for the sizes asked:
 
 * ``cache_bytes``: the cache itself, which grows with the kept tokens K and the batch B:
-  keys and values (B, H, K, d) per layer, or Transformer-XL's memory (B, K, d_model) per
-  layer, plus one int64 position per kept token.
-* ``shared_position_bytes``: position state that does not grow with the batch: Shaw's
-  two (2k + 1, d) tables per layer, T5's (buckets, H) table, ALiBi's H float32 slopes,
-  Transformer-XL's relative rows (H, D, d) per layer for the D distances the cache can
-  reach (D grows with the context) with its u and v, nothing for RoPE and sinusoidal
-  absolute vectors (computed when needed, not stored).
+  keys and values (B, H, K, d) per layer, for every scheme, plus one int64 position
+  per kept token (the eviction frames need it);
+* ``shared_position_bytes``: the position state a decoding run holds whatever the batch:
+  the tensors of the layers' position terms, each counted once (T5's one table serves
+  every layer; Transformer-XL's rows W_kR R cover the D distances the cache can reach);
 * ``step_work``: the multiply-adds a decode step spends on positions per layer, beyond
-  the q . k and p . v that every scheme computes over the kept tokens.
+  the q . k and p . v that every scheme computes over the kept tokens, from the pieces
+  of the term (``relpos_core.terms``).
 
 ``bytes_per_token`` divides the first two by the context length (and the second by B):
 the curve of chapter 7's figure. Sign conventions: not applicable (sizes only).
@@ -23,123 +22,159 @@ from __future__ import annotations
 
 import torch
 
+from relpos_core import schemes
 from relpos_core._validate import check_choice, check_int, check_positive_int
+from relpos_core.budget import dtype_size
+from relpos_core.cache import POSITION_BYTES, ROPE_LAYOUTS
+from relpos_core.terms import PairScalar, ScalarFunction, ScalarSlopes, ScalarTable
 
-__all__ = ["cache_bytes", "shared_position_bytes", "bytes_per_token", "step_work", "LAYOUT_SCHEMES"]
-
-SCHEMES = ("absolute", "shaw", "t5", "alibi", "rope", "transformer_xl")
-LAYOUT_SCHEMES = ("absolute", "shaw", "t5", "alibi", "rope_rotated", "rope_unrotated", "transformer_xl")
-POSITION_BYTES = 8
-
-
-def _dtype_bytes(dtype) -> int:
-    if isinstance(dtype, torch.dtype):
-        return torch.empty((), dtype=dtype).element_size()
-    return check_positive_int("dtype (bytes per element)", dtype)
+__all__ = ["decoder_terms", "cache_bytes", "shared_position_bytes", "bytes_per_token", "step_work",
+           "term_state_bytes", "layouts"]
 
 
-def _scheme(scheme: str) -> str:
-    base = "rope" if scheme in ("rope_rotated", "rope_unrotated") else scheme
-    check_choice("scheme", base, SCHEMES)
-    return base
+def _dtype(dtype) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")
+    return dtype
+
+
+def _decoded(scheme: str) -> schemes.Entry:
+    entry = schemes.lookup(scheme)
+    if entry.scheme.not_decoded:
+        raise ValueError(f"scheme {scheme!r} is not decoded: {entry.scheme.not_decoded}")
+    return entry
+
+
+def layouts(scheme: str) -> list[str | None]:
+    """The cache layouts a scheme decodes with: ["rotated", "unrotated"] for RoPE, ["unrotated"]
+    where a rotated key would not stay right (xPos), [None] for schemes without a rotation."""
+    term = decoder_terms(scheme, num_layers=1, num_heads=2, head_dim=8, context=2, dtype=torch.float32)[0]
+    if term is None or term.rotary is None:
+        return [None]
+    return list(ROPE_LAYOUTS) if term.rotary.rotated_keys_cacheable else ["unrotated"]
+
+
+def decoder_terms(scheme: str, *, num_layers: int, num_heads: int, head_dim: int, context: int,
+                  dtype=torch.float32, d_model: int | None = None, position: dict | None = None) -> list:
+    """The position terms of a decoder of these sizes (one per layer, None for no term), on the meta device.
+
+    ``context``: the longest cache it is built for (Transformer-XL's rows, absolute tables).
+    """
+    from relpos_core.models import Attention, TransformerConfig
+
+    _decoded(scheme)
+    for name, value in (("num_layers", num_layers), ("num_heads", num_heads), ("head_dim", head_dim),
+                        ("context", context)):
+        check_positive_int(name, value)
+    dtype = _dtype(dtype)
+    config = TransformerConfig(scheme, position=dict(position or {}), vocab_size=1, d_model=d_model or num_heads * head_dim,
+                               num_heads=num_heads, head_dim=head_dim, num_layers=num_layers, max_positions=context)
+    with torch.device("meta"):
+        module = config.entry.scheme.module(config.shape, config.options).to(dtype)
+        attention = Attention(config).to(dtype)
+    return [module.term(layer, attention) for layer in range(num_layers)]
+
+
+def term_state_bytes(terms) -> int:
+    """Bytes of the tensors the terms hold, each storage counted once (a table shared by layers once)."""
+    seen = {}
+    for term in terms:
+        if term is None:
+            continue
+        for _, t in term.tensors():
+            base = t if t._base is None else t._base
+            seen[id(base)] = base.numel() * base.element_size()
+    return sum(seen.values())
 
 
 def cache_bytes(scheme: str, *, tokens: int, batch: int, num_layers: int, num_heads: int, head_dim: int,
-                d_model: int, dtype=torch.float32) -> dict[str, int]:
-    """Bytes of a cache holding ``tokens`` kept tokens, by kind (keys, values, memory, positions).
+                dtype=torch.float32) -> dict[str, int]:
+    """Bytes of a cache holding ``tokens`` kept tokens, by kind (keys, values, positions).
 
-    Transformer-XL stores each layer's input states (d_model per token) instead of keys
-    and values; every cache stores one int64 position per kept token.
+    Every scheme caches keys and values (B, H, K, d) per layer, and one int64 position per
+    kept token.
     """
-    scheme = _scheme(scheme)
+    _decoded(scheme)
     tokens = check_int("tokens", tokens, min_value=0)
-    for name, v in (("batch", batch), ("num_layers", num_layers), ("num_heads", num_heads),
-                    ("head_dim", head_dim), ("d_model", d_model)):
+    for name, v in (("batch", batch), ("num_layers", num_layers), ("num_heads", num_heads), ("head_dim", head_dim)):
         check_positive_int(name, v)
-    b = _dtype_bytes(dtype)
-    per_layer_kv = batch * num_heads * tokens * head_dim * b  # one (B, H, K, d) tensor
-    if scheme == "transformer_xl":
-        return dict(keys=0, values=0, memory=num_layers * batch * tokens * d_model * b,
-                    positions=POSITION_BYTES * tokens)
-    return dict(keys=num_layers * per_layer_kv, values=num_layers * per_layer_kv, memory=0,
-                positions=POSITION_BYTES * tokens)
+    per_layer = batch * num_heads * tokens * head_dim * dtype_size(_dtype(dtype))  # one (B, H, K, d) tensor
+    return dict(keys=num_layers * per_layer, values=num_layers * per_layer, positions=POSITION_BYTES * tokens)
 
 
-def shared_position_bytes(scheme: str, *, num_layers: int, num_heads: int, head_dim: int, dtype=torch.float32,
-                          max_relative_position: int = 8, num_buckets: int = 32, distances: int = 1) -> int:
-    """Bytes of the position state shared by the whole batch (tables, relative rows).
-
-    Shaw: 2 (2k + 1) d per layer (a^K and a^V, shared by the heads); T5: buckets x H once
-    (one table for all layers); ALiBi: H float32 slopes; Transformer-XL: H x distances x d
-    per layer (its rows W_kR R, which must cover every distance the cache reaches) plus
-    u and v (H, d); 0 for RoPE and absolute positions.
-    """
-    scheme = _scheme(scheme)
-    for name, v in (("num_layers", num_layers), ("num_heads", num_heads), ("head_dim", head_dim),
-                    ("max_relative_position", max_relative_position), ("num_buckets", num_buckets),
-                    ("distances", distances)):
-        check_positive_int(name, v)
-    b = _dtype_bytes(dtype)
-    if scheme == "shaw":
-        return num_layers * 2 * (2 * max_relative_position + 1) * head_dim * b
-    if scheme == "t5":
-        return num_buckets * num_heads * b
-    if scheme == "alibi":
-        return num_heads * 4  # float32 slopes, whatever the model's dtype
-    if scheme == "transformer_xl":
-        return num_layers * num_heads * (distances + 2) * head_dim * b
-    return 0
+def shared_position_bytes(scheme: str, *, num_layers: int, num_heads: int, head_dim: int, context: int,
+                          dtype=torch.float32, d_model: int | None = None, position: dict | None = None) -> int:
+    """Bytes of the position state a decoding run holds for the whole batch (``term_state_bytes``)."""
+    return term_state_bytes(decoder_terms(scheme, num_layers=num_layers, num_heads=num_heads, head_dim=head_dim,
+                                          context=context, dtype=dtype, d_model=d_model, position=position))
 
 
-def bytes_per_token(scheme: str, *, context: int, batch: int = 1, num_layers: int, num_heads: int,
-                    head_dim: int, d_model: int | None = None, dtype=torch.float32,
-                    max_relative_position: int = 8, num_buckets: int = 32) -> dict[str, float]:
+def bytes_per_token(scheme: str, *, context: int, batch: int = 1, num_layers: int, num_heads: int, head_dim: int,
+                    dtype=torch.float32, d_model: int | None = None, position: dict | None = None) -> dict[str, float]:
     """Bytes per token of context for one sequence, by kind, with everything the cache needs.
 
     The cache's bytes per token, plus the shared position state divided by
     ``context * batch`` (Transformer-XL's rows cover ``context`` distances).
-    ``d_model`` defaults to ``num_heads * head_dim``.
     """
     context = check_positive_int("context", context)
     batch = check_positive_int("batch", batch)
-    d_model = num_heads * head_dim if d_model is None else d_model
     cache = cache_bytes(scheme, tokens=context, batch=1, num_layers=num_layers, num_heads=num_heads,
-                        head_dim=head_dim, d_model=d_model, dtype=dtype)
+                        head_dim=head_dim, dtype=dtype)
     shared = shared_position_bytes(scheme, num_layers=num_layers, num_heads=num_heads, head_dim=head_dim,
-                                   dtype=dtype, max_relative_position=max_relative_position,
-                                   num_buckets=num_buckets, distances=context)
+                                   context=context, dtype=dtype, d_model=d_model, position=position)
     out = {kind: n / context for kind, n in cache.items()}
     out["position tables"] = shared / (context * batch)
     return out
 
 
-def step_work(scheme: str, *, context: int, num_heads: int, head_dim: int, d_model: int | None = None,
-              max_relative_position: int = 8) -> dict[str, object]:
-    """What one decode step recomputes for positions, per layer: a description and multiply-adds.
+def step_work(scheme: str, *, context: int, num_heads: int, head_dim: int, rope_layout: str | None = None,
+              position: dict | None = None) -> dict[str, object]:
+    """What one decode step computes for positions, per layer: a description and multiply-adds.
 
-    ``scheme`` may be "rope_rotated" or "rope_unrotated" (the two cache layouts). Counts
-    leave out the q . k and p . v over the ``context`` kept keys that every scheme does.
-    A rotation costs 2 multiply-adds per dimension; a bias lookup or slope product counts 1.
+    Read from the pieces of the scheme's term, beyond the q . k and p . v over the
+    ``context`` kept keys that every scheme does. A rotation costs 2 multiply-adds per
+    dimension; a bias lookup, a slope product or a kernel evaluation counts 1.
     """
-    if scheme == "rope":
-        raise ValueError("scheme 'rope' must say its cache layout: 'rope_rotated' or 'rope_unrotated'")
-    base = _scheme(scheme)
+    entry = _decoded(scheme)
     context = check_positive_int("context", context)
     H, d = check_positive_int("num_heads", num_heads), check_positive_int("head_dim", head_dim)
-    d_model = H * d if d_model is None else check_positive_int("d_model", d_model)
-    k = check_positive_int("max_relative_position", max_relative_position)
-    if base == "absolute":
-        return dict(what="nothing (the new token's position vector is added once, at the input)", madds=0)
-    if base == "alibi":
-        return dict(what="slope x distance for every kept key", madds=H * context)
-    if base == "t5":
-        return dict(what="the bucket of every kept key's offset, then a table lookup", madds=H * context)
-    if base == "shaw":
-        return dict(what="q . a^K for the 2k + 1 rows, the value term over the same rows",
-                    madds=2 * H * (2 * k + 1) * d)
-    if scheme == "rope_rotated":
-        return dict(what="rotate the new query and the new key, once", madds=2 * 2 * H * d)
-    if scheme == "rope_unrotated":
-        return dict(what="rotate the new query and every kept key", madds=2 * H * d * (context + 1))
-    return dict(what="keys and values re-projected from the memory; (q + v) . r for every distance",
-                madds=2 * context * d_model * H * d + H * d * context)
+    term = decoder_terms(scheme, num_layers=1, num_heads=H, head_dim=d, context=context, position=position)[0]
+    if term is None:
+        what = ("nothing (the position vector was added to the token once)" if entry.scheme.injects == "input"
+                else "nothing")
+        return dict(what=what, madds=0)
+    parts, madds = [], 0
+    if term.rotary is not None:
+        layout = check_choice("rope_layout", rope_layout, layouts(scheme))
+        if layout == "rotated":
+            parts.append("rotate the new query and the new key, once")
+            madds += 2 * 2 * H * d
+        else:
+            parts.append("rotate the new query and every kept key")
+            madds += 2 * H * d * (context + 1)
+    for piece in term.scalars:
+        if isinstance(piece, ScalarTable):
+            parts.append("the bucket of every kept key's offset, then a table lookup")
+            madds += H * context
+        elif isinstance(piece, ScalarSlopes):
+            parts.append("slope x distance for every kept key")
+            madds += H * context
+        elif isinstance(piece, ScalarFunction):
+            parts.append("the kernel of every kept key's distance, per head")
+            madds += H * context
+        elif isinstance(piece, PairScalar):
+            width = piece.params[0].shape[0]
+            parts.append("the MLP at every kept key's normalised distance")
+            madds += context * (width + width * H)
+    for piece in term.query_vectors:
+        rows = piece.rows.num_rows
+        parts.append(f"q . E for the {rows} table rows")
+        madds += H * rows * d
+    for piece in term.key_vectors:
+        parts.append("k . E for every kept key and table row")
+        madds += H * context * piece.rows.num_rows * d
+    if term.value is not None:
+        parts.append("the value term over the same rows")
+        madds += H * term.value.rows.num_rows * d
+    return dict(what="; ".join(parts), madds=madds)
+

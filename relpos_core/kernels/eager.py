@@ -12,7 +12,24 @@ import torch
 
 from relpos_core.kernels.forms import form_module, prepare_qk
 
-__all__ = ["attention"]
+__all__ = ["attention", "zero_empty_rows"]
+
+
+def zero_empty_rows(x: torch.Tensor, pos) -> torch.Tensor:
+    """x (B, H, Lq, ...) with the rows of queries that see no key (causal) set to 0.
+
+    Contiguous positions know those rows from Python ints; explicit positions mask with a
+    (Lq,) tensor, unconditionally, rather than ask the device whether any row is empty.
+    """
+    n = pos.leading_empty_rows
+    if n == 0:
+        return x
+    if n is not None:
+        x = x.clone()
+        x[:, :, :n] = 0.0
+        return x
+    empty = pos.rows_without_visible_key()  # (Lq,)
+    return x.masked_fill(empty.view(-1, *([1] * (x.dim() - 3))), 0.0)
 
 
 def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:
@@ -32,14 +49,12 @@ def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:
         if bias is not None:
             scores = scores.add_(bias)
             del bias
-    empty = None
     if causal:
         scores = scores.masked_fill_(~pos.visible(), float("-inf"))
-        empty = pos.rows_without_visible_key()  # (Lq,)
     probs = torch.softmax(scores, dim=-1)  # (B, H, Lq, Lk)
     del scores
-    if empty is not None and bool(empty.any()):
-        probs = probs.masked_fill(empty[:, None], 0.0)  # no visible key: weight 0, output 0
+    if causal:
+        probs = zero_empty_rows(probs, pos)  # no visible key: weight 0, output 0
     out = probs @ v  # (B, H, Lq, d)
     if term.value is not None:
         out = out + fm.value_output(term.value, probs, pos)  # (B, H, Lq, d)

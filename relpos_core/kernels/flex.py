@@ -10,19 +10,19 @@ from a scheme's ``PositionTerm`` in one of two forms:
   ALiBi needs none, its slope times the offset is computed in the kernel), per-query
   scores q @ E^T [B, H, Lq, R] (Shaw's key term, DeBERTa's c2p, Transformer-XL's (b) + (d))
   or per-key scores k @ E^T [B, H, Lk, R] (DeBERTa's p2c), indexed through a 1-D
-  row-of-offset table. No [Lq, Lk] tensor exists. On an H200 the T5 per-offset table ran
-  at 2.4x the no-bias time at L = 16384 (``../shared/reference``, chapter 8).
-* ``naive``: it reads an [Lq, Lk] index per pair (T5's bucket-id tensor, 11.3x on that
-  H200): kept to measure the difference.
+  row-of-offset table. No [Lq, Lk] tensor exists (chapter 8 plots what that costs in
+  time on a GPU, from the reference measurements).
+* ``naive``: it reads an [Lq, Lk] index per pair (T5's bucket-id tensor; FIRE's bias,
+  which has no per-offset table): kept to measure the difference, and for FIRE.
 
 Causality is never written into a score_mod: it is a ``BlockMask``, built once per call
 from block arithmetic (no [Lq, Lk] evaluation) for contiguous positions, so the kernel
 skips every tile above the diagonal; explicit positions use ``create_block_mask``.
 Shaw's value term changes the output, not the logits: no score_mod can express it.
 
-Tables a score_mod reads are fp32 whatever the q/k/v dtype (the H200 reference: a bf16 T5
-table made the kernel 35x slower than an fp32 one), and indexed as 2-D (in torch 2.13 a
-4-D table indexed with ``clamp`` hits an inductor C++ codegen error on CPU).
+Tables a score_mod reads are fp32 whatever the q/k/v dtype (one dtype for every table, so
+one compiled kernel serves every input dtype), and indexed as 2-D (in torch 2.13 a 4-D
+table indexed with ``clamp`` hits an inductor C++ codegen error on CPU).
 
 Training: FlexAttention has no backward on CPU (torch 2.13 raises "FlexAttention does
 not support backward on CPU"). When gradients are needed on CPU, ``attention`` warns
@@ -37,12 +37,14 @@ import torch
 
 from relpos_core.kernels import gather, sdpa
 from relpos_core.kernels.forms import prepare_qk
-from relpos_core.terms import QueryVectors, ScalarSlopes, ScalarTable
+from relpos_core.terms import PairScalar, QueryVectors, ScalarSlopes, ScalarTable
 
 __all__ = [
     "FlexCPUBackwardWarning",
     "BLOCK_SIZE",
     "compiled_flex_attention",
+    "run_compiled",
+    "recompile_limits",
     "causal_block_mask",
     "full_block_mask",
     "build_score_mod",
@@ -58,33 +60,55 @@ class FlexCPUBackwardWarning(UserWarning):
 
 
 _COMPILED: list = []
+RECOMPILE_LIMIT = 64
 
 
 def compiled_flex_attention():
     """The one shared ``torch.compile(flex_attention)`` (compiled lazily on first use).
 
-    Raises dynamo's recompile limit to at least 64: every new score_mod structure and every
-    new shape adds a cache entry, and at the default limit of 8 dynamo would silently fall
-    back to the slow eager path. ``dynamic=False``: each shape compiles a static kernel
-    (torch 2.13's dynamic-shape CPU template fails to build: a C++ codegen error).
+    ``dynamic=False``: each shape compiles a static kernel (torch 2.13's dynamic-shape CPU
+    template fails to build: a C++ codegen error). Call it through ``run_compiled``, which
+    raises dynamo's recompile limit for the duration of the call only.
     """
     if not _COMPILED:
-        import torch._dynamo
         from torch.nn.attention.flex_attention import flex_attention
 
-        cfg = torch._dynamo.config
-        for name in ("recompile_limit", "cache_size_limit"):
-            if hasattr(cfg, name):
-                setattr(cfg, name, max(getattr(cfg, name), 64))
         _COMPILED.append(torch.compile(flex_attention, dynamic=False))
     return _COMPILED[0]
+
+
+def recompile_limits(n: int = RECOMPILE_LIMIT):
+    """Dynamo's recompile limits raised to at least ``n``, as a ``config.patch`` context.
+
+    Every new score_mod structure and shape adds a cache entry to the one compiled
+    function, and at dynamo's default limit of 8 it would fall back, silently, to
+    FlexAttention's slow eager path. ``run_compiled`` patches it for one call and a
+    benchmark for its run: no process-wide setting is left changed.
+    """
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    names = [name for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                               "accumulated_cache_size_limit") if hasattr(cfg, name)]
+    return cfg.patch(**{name: max(getattr(cfg, name), n) for name in names})
+
+
+def run_compiled(*args, **kwargs):
+    """``compiled_flex_attention()(*args, **kwargs)``, or plain ``flex_attention`` when the caller is
+    itself being compiled (torch.compile of a model that calls ``rp.attend`` compiles it in place)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if torch.compiler.is_compiling():
+        return flex_attention(*args, **kwargs)
+    with recompile_limits():
+        return compiled_flex_attention()(*args, **kwargs)
 
 
 def full_block_mask(query_len: int, key_len: int, device, block_size: int = BLOCK_SIZE):
     """A BlockMask in which every tile is computed (no masking), built from block counts alone.
 
     Passed instead of ``block_mask=None``, for which torch 2.13 evaluates a dense
-    [Lq, Lk] mask to build its default one (about 14 bytes per pair on CPU, measured).
+    [Lq, Lk] mask to build its default one (``tests/test_memory.py`` counts such an evaluation).
     """
     from torch.nn.attention.flex_attention import BlockMask
 
@@ -211,6 +235,12 @@ def build_score_mod(term, form: str, q, k, pos, *, causal_in_score_mod: bool = F
             ids = piece.ids(per_pair.clone())  # (Lq, Lk) the bucket-id tensor
             table = piece.table.float().contiguous()  # (H, n)
             adders.append(lambda b, h, qi, ki, off, t=table, ids=ids: t[h, ids[qi, ki]])
+        elif isinstance(piece, PairScalar):  # FIRE: one value per pair, read per pair (naive form only)
+            vals = piece.pair_values(pos.query, pos.key, torch.float32).reshape(H, Lq * Lk)  # (H, Lq Lk)
+            adders.append(lambda b, h, qi, ki, off, t=vals: t[h, qi * Lk + ki])
+        elif per_pair is not None:  # a function of the offset, evaluated per pair (naive form)
+            vals = piece.values(per_pair, torch.float32).reshape(H, Lq * Lk).contiguous()  # (H, Lq Lk)
+            adders.append(lambda b, h, qi, ki, off, t=vals: t[h, qi * Lk + ki])
         else:
             vals = gather.per_offset_values(piece, pos, torch.float32).contiguous()  # (H, R_off) fp32
             adders.append(lambda b, h, qi, ki, off, t=vals: t[h, off - lo])
@@ -278,7 +308,7 @@ def attention(q, k, v, term, *, form: str, pos, causal: bool, compiled: bool = T
     else:
         block_mask = full_block_mask(pos.query_len, pos.key_len, q.device)
     if compiled:
-        fn = compiled_flex_attention()
+        fn = run_compiled
     else:
         from torch.nn.attention.flex_attention import flex_attention as fn
     extra = {"kernel_options": kernel_options} if kernel_options else {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from relpos_core.kernels import gather, naive, skew
+from relpos_core.kernels.rotary import rotate_qk
 
 __all__ = ["FORMS", "BACKENDS", "form_module", "prepare_qk"]
 
@@ -30,9 +31,6 @@ def prepare_qk(q: torch.Tensor, k: torch.Tensor, term, pos):
     position terms, k (B, H, Lk, d)). Without rotary or shift these are the inputs.
     """
     if term.rotary is not None:
-        from relpos_core.schemes.rope import apply_rope
-
-        q = apply_rope(q, pos.query, base=term.rotary.base, pairing=term.rotary.pairing)  # (B, H, Lq, d)
-        k = apply_rope(k, pos.key, base=term.rotary.base, pairing=term.rotary.pairing)  # (B, H, Lk, d)
+        q, k = rotate_qk(q, k, term.rotary, pos)  # (B, H, Lq, d), (B, H, Lk, d)
     q_content = q if term.content_shift is None else q + term.content_shift[None, :, None, :].to(q.dtype)
     return q_content, q, k

@@ -30,7 +30,10 @@ def per_row_scores(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 
 def per_offset_values(piece, pos, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A scalar piece's bias at every offset min_offset .. max_offset: (H, R_off)."""
+    """A scalar piece's bias at every offset min_offset .. max_offset: (H, R_off).
+
+    Only for pieces that are a function of the offset (not ``PairScalar``: the registry
+    refuses the gather form for those)."""
     offsets = torch.arange(pos.min_offset, pos.max_offset + 1, device=pos.query.device)  # (R_off,)
     return piece.values(offsets, dtype)  # (H, R_off)
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from relpos_core.terms import PairScalar
+
 __all__ = ["vector_logits", "scalar_bias", "value_output", "embed_pairs", "pair_logits"]
 
 
@@ -78,7 +80,10 @@ def scalar_bias(term, pos, dtype: torch.dtype) -> torch.Tensor | None:
         return None
     out = None
     for piece in term.scalars:
-        b = piece.values(pos.offsets(), dtype)  # (H, Lq, Lk): T5 buckets every pair here
+        if isinstance(piece, PairScalar):  # FIRE: a function of both positions
+            b = piece.pair_values(pos.query, pos.key, dtype)  # (H, Lq, Lk)
+        else:
+            b = piece.values(pos.offsets(), dtype)  # (H, Lq, Lk): T5 buckets every pair here
         out = b if out is None else out.add_(b)
     return out
 

@@ -3,7 +3,7 @@
 Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). Works for any logit
 term (T5, ALiBi, the Shaw key term, DeBERTa's c2p + p2c, Transformer-XL's (b) + (d)),
 costs a (1|B, H, Lq, Lk) tensor, and changes which fused backend runs, so the backend is
-*detected*, not assumed (``relpos_core.measure.backends``). What holds where:
+*detected*, not assumed (``relpos_core.measure.backends``; forcing one: ``kernels.sdpa_backends``). What holds where:
 
 * CPU (torch 2.13): a 2-D or 4-D mask runs the fused ``_flash_attention_for_cpu``; a
   3-D mask or a mask that requires grad falls back to ``math``. So the bias is passed 4-D.
@@ -23,8 +23,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from relpos_core.kernels.eager import zero_empty_rows
 from relpos_core.kernels.forms import form_module, prepare_qk
-from relpos_core.measure.backends import active_forced_backend, check_backend_supports
+from relpos_core.kernels.sdpa_backends import active_forced_backend, check_backend_supports
 
 __all__ = ["attention", "dense_bias"]
 
@@ -62,8 +63,4 @@ def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:
                                mask_requires_grad=mask is not None and mask.requires_grad and torch.is_grad_enabled())
     out = F.scaled_dot_product_attention(q_content, k, v, attn_mask=mask, is_causal=is_causal,
                                          scale=term.logit_scale(q.shape[-1]))  # (B, H, Lq, d)
-    if causal and Lq > 0:
-        empty = pos.rows_without_visible_key()  # (Lq,)
-        if bool(empty.any()):
-            out = out.masked_fill(empty[:, None], 0.0)
-    return out
+    return zero_empty_rows(out, pos) if causal else out

@@ -4,20 +4,20 @@ training length (chapter 10, "Experiments": chapters/10_experiments.ipynb).
 
 ``python -m relpos_core.lab --preset book`` runs the chapter's experiments; in Python,
 ``run_preset(get_preset("tiny"))`` returns the same records. Modules: ``tasks`` (seeded
-generators), ``models`` (the family), ``attention`` (the one adapter into
-``relpos_core.schemes``), ``train`` (training and evaluation), ``presets``, ``results``
+generators), ``models`` (the family: the library's one transformer, ``relpos_core.models``),
+``train`` (training and evaluation), ``presets``, ``results``
 (JSON with provenance, tables), ``figures`` (plotly for the book, PNGs for the CLI).
 Only torch is imported here; plotly, matplotlib and tqdm load when first used.
 """
-from . import attention, figures, models, presets, results, tasks, train
-from .models import SCHEMES, LabModel, LabModelConfig, build_model
+from . import figures, models, presets, results, tasks, train
+from .models import SCHEMES, build_model, lab_config
 from .presets import PRESETS, get_preset
 from .results import build_results, load_results, save_results
 from .train import evaluate, run_preset, train_run
 
 __all__ = [
-    "attention", "models", "presets", "results", "tasks", "train", "figures",
-    "SCHEMES", "LabModel", "LabModelConfig", "build_model", "PRESETS", "get_preset",
+    "models", "presets", "results", "tasks", "train", "figures",
+    "SCHEMES", "lab_config", "build_model", "PRESETS", "get_preset",
     "build_results", "load_results", "save_results", "evaluate", "run_preset", "train_run",
 ]
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from relpos_core import schemes
+
 from . import results as R
 from .presets import SHAW_KS, T5_MAX_DISTANCES
 
@@ -24,12 +26,16 @@ __all__ = [
     "save_plots",
 ]
 
-LABELS = {
-    "none": "none", "sinusoidal": "sinusoidal (abs)", "learned": "learned (abs)", "shaw_kv": "Shaw key+value",
-    "shaw_k": "Shaw key only", "t5": "T5 buckets", "deberta": "DeBERTa c2p+p2c", "deberta_emd": "DeBERTa + EMD",
-    "alibi": "ALiBi", "rope": "RoPE",
-}
-_RELATIVE_DASH = {"none": "dot", "sinusoidal": "dash", "learned": "dash"}
+LABELS = {name: schemes.lookup(name).display for name in schemes.names()}  # from the declarations
+
+
+def _dash(variant: str) -> str:
+    """Dotted for no position, dashed for positions added to the tokens, solid for the relative schemes."""
+    name = variant.split("-")[0]
+    if name not in LABELS:
+        return "solid"
+    injects = schemes.lookup(name).scheme.injects
+    return {"nothing": "dot", "input": "dash"}.get(injects, "solid")
 
 
 def _rp_figures():
@@ -52,7 +58,7 @@ def length_figure(results: dict, task: str, variants=None, *, title: str | None 
         styles[name] = dict(
             error_y=dict(type="data", symmetric=False, array=[row[m]["max"] - row[m]["mean"] for m in mults],
                          arrayminus=[row[m]["mean"] - row[m]["min"] for m in mults], thickness=1, width=3),
-            line=dict(dash=_RELATIVE_DASH.get(row["variant"], "solid")),
+            line=dict(dash=_dash(row["variant"])),
         )
     fig = _rp_figures().line(xs, series, x_label=f"evaluation length L (trained at L = {train_length})",
                              y_label="accuracy", title=title, log_x=True, styles=styles, height=500)
@@ -93,13 +99,14 @@ def shared_rows(family: str, value: int, max_offset: int) -> tuple[list[int], li
     1 / count on offset r (guessing among the offsets it cannot tell apart)."""
     import torch
 
-    from . import attention as adapter
+    from relpos_core.schemes import t5
+    from relpos_core.terms import clipped_rows
 
     r = torch.cat([torch.arange(-max_offset, 0), torch.arange(1, max_offset + 1)])  # (2D,)
     if family == "shaw":
-        rows = adapter.shaw_rows_of_offsets(r, value)  # (2D,)
+        rows = clipped_rows(value)(r.clone())  # (2D,) clip(r, -k, k) + k
     elif family == "t5":
-        rows = adapter.t5_buckets_of_offsets(r, max_distance=value)  # (2D,)
+        rows = t5.t5_relative_bucket(r, max_distance=value)  # (2D,)
     else:
         raise ValueError(f"family must be 'shaw' or 't5', got {family!r}")
     counts = (rows[:, None] == rows[None, :]).sum(1)  # (2D,)
@@ -123,7 +130,7 @@ def clipping_slider(results: dict, family: str):
     go, _ = plotly_modules()
     values = SHAW_KS if family == "shaw" else T5_MAX_DISTANCES
     default = 8 if family == "shaw" else 128
-    base = "marker/shaw_kv" if family == "shaw" else "marker/t5"
+    base = "marker/shaw" if family == "shaw" else "marker/t5"
     suffix = "-k{}" if family == "shaw" else "-md{}"
     max_offset = results["preset"]["tasks"]["marker"]["options"]["max_offset"]
 
@@ -162,7 +169,7 @@ def band_figure(results: dict, offsets=(-16, 15), seed_index: int = 0):
     """Cosine similarity between the rows of Shaw's layer-0 key table for offsets
     ``offsets[0] .. offsets[1]``, random start and sinusoidal start side by side, with a
     slider from before to after training (one seed, the first by default)."""
-    runs = (("marker/shaw_kv-k16", "random start"), ("marker/shaw_kv-k16-sinusoidal", "sinusoidal start"))
+    runs = (("marker/shaw-k16", "random start"), ("marker/shaw-k16-sinusoidal", "sinusoidal start"))
     ticks = list(range(offsets[0], offsets[1] + 1))
 
     def make(stage):
@@ -191,7 +198,7 @@ def position_figure(results: dict, variants=("learned", "rope", "deberta", "debe
     for v in variants:
         details, mean, _ = R.detail_accuracy(results, f"position/{v}")
         series[LABELS.get(v, v)] = mean
-        styles[LABELS.get(v, v)] = dict(line=dict(dash=_RELATIVE_DASH.get(v, "solid")))
+        styles[LABELS.get(v, v)] = dict(line=dict(dash=_dash(v)))
     fig = _rp_figures().line(details, series, x_label="absolute position i", y_label="accuracy", height=420,
                              styles=styles)
     fig.update_yaxes(range=[0, 1.05])
@@ -247,7 +254,7 @@ def save_plots(results: dict, out_dir, stem: str) -> list[str]:
             mean = [row[m]["mean"] for m in mults]
             err = [[row[m]["mean"] - row[m]["min"] for m in mults], [row[m]["max"] - row[m]["mean"] for m in mults]]
             ax.errorbar(mults, mean, yerr=err, marker="o", capsize=3, label=LABELS.get(row["variant"], row["variant"]),
-                        linestyle="--" if row["variant"] in _RELATIVE_DASH else "-")
+                        linestyle="-" if _dash(row["variant"]) == "solid" else "--")
         ax.set_xscale("log", base=2)
         ax.set_xticks(mults, [f"{m}x" for m in mults])
         ax.set_ylim(0, 1.05)

@@ -6,7 +6,7 @@ Book: chapter 10, "Experiments" (chapters/10_experiments.ipynb).
   and nbval (well under 30 s on 2 CPU cores). Its accuracies mean nothing.
 * ``book``: the chapter's preset: every model of every experiment, trained long enough
   that the good schemes are near perfect at the training length (about 4 minutes for one
-  seed on 2 CPU cores with the default two worker processes: 237 s measured, 354 s CPU).
+  seed on 2 CPU cores with the default two worker processes).
 * ``full``: the same runs with four times the steps and larger evaluation sets, for a
   longer CPU run or a GPU.
 
@@ -20,10 +20,19 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-__all__ = ["TaskSetup", "RunSpec", "Preset", "PRESETS", "get_preset", "MAIN_SCHEMES", "MULTIPLIERS"]
+from relpos_core import schemes
+
+__all__ = ["TaskSetup", "RunSpec", "Preset", "PRESETS", "get_preset", "MAIN_SCHEMES", "MULTIPLIERS",
+           "schemes_for"]
 
 MULTIPLIERS = (1, 2, 4, 8)
-MAIN_SCHEMES = ("none", "sinusoidal", "learned", "shaw_kv", "shaw_k", "t5", "deberta", "alibi", "rope")
+# every declared scheme and variant; DeBERTa's EMD variant belongs to the position experiment
+MAIN_SCHEMES = tuple(n for n in schemes.names() if n not in ("deberta_emd",))
+
+
+def schemes_for(causal: bool) -> tuple[str, ...]:
+    """The main schemes a task can train: decoder-only schemes only on causal tasks."""
+    return tuple(n for n in MAIN_SCHEMES if causal or not schemes.lookup(n).scheme.causal_only)
 
 
 @dataclass(frozen=True)
@@ -41,12 +50,12 @@ class TaskSetup:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One model (``scheme`` + ``model_options``) trained on one task; ``variant`` names it."""
+    """One model (``scheme`` + its ``position`` options) trained on one task; ``variant`` names it."""
 
     task: str
     variant: str
     scheme: str
-    model_options: dict = field(default_factory=dict)
+    position: dict = field(default_factory=dict)
     keep_tables: bool = False  # store Shaw's layer-0 key table (initial and trained) in the results
 
     @property
@@ -58,7 +67,7 @@ class RunSpec:
 class Preset:
     name: str
     description: str
-    model: dict  # d_model, num_layers, num_heads, d_ff: the family's shared shape
+    model: dict  # d_model, num_layers, num_heads, d_mlp: the family's shared shape
     lr: float
     warmup_steps: int
     log_points: int  # points on each training curve
@@ -84,35 +93,35 @@ T5_MAX_DISTANCES = (16, 32, 128)  # the bucket slider; 128 (T5's default) is the
 EMD_SCHEMES = ("learned", "rope", "deberta", "deberta_emd")
 
 
+_CAUSAL = {"retrieval": True, "copy": True, "marker": False, "position": False}  # as the tasks are defined
+
+
 def _runs() -> tuple:
     runs = []
     for task in ("retrieval", "copy", "marker"):
-        runs += [RunSpec(task, s, s) for s in MAIN_SCHEMES]
-    runs += [RunSpec("marker", f"shaw_kv-k{k}", "shaw_kv", {"shaw_k": k}, keep_tables=(k == 16))
+        runs += [RunSpec(task, s, s) for s in schemes_for(_CAUSAL[task])]
+    runs += [RunSpec("marker", f"shaw-k{k}", "shaw", {"max_relative_position": k}, keep_tables=(k == 16))
              for k in SHAW_KS if k != 8]
-    runs += [RunSpec("marker", f"t5-md{md}", "t5", {"t5_max_distance": md}) for md in T5_MAX_DISTANCES if md != 128]
-    runs.append(RunSpec("marker", "shaw_kv-k16-sinusoidal", "shaw_kv", {"shaw_k": 16, "shaw_init": "sinusoidal"},
+    runs += [RunSpec("marker", f"t5-md{md}", "t5", {"max_distance": md}) for md in T5_MAX_DISTANCES if md != 128]
+    runs.append(RunSpec("marker", "shaw-k16-sinusoidal", "shaw", {"max_relative_position": 16, "init": "sinusoidal"},
                         keep_tables=True))
     runs += [RunSpec("position", s, s) for s in EMD_SCHEMES]
     return tuple(runs)
 
 
 def _experiments() -> dict:
-    clip = ["marker/shaw_kv" if k == 8 else f"marker/shaw_kv-k{k}" for k in SHAW_KS]
+    clip = ["marker/shaw" if k == 8 else f"marker/shaw-k{k}" for k in SHAW_KS]
     buckets = ["marker/t5" if md == 128 else f"marker/t5-md{md}" for md in T5_MAX_DISTANCES]
     return {
-        "length": [f"{t}/{s}" for t in ("retrieval", "copy", "marker") for s in MAIN_SCHEMES],
+        "length": [f"{t}/{s}" for t in ("retrieval", "copy", "marker") for s in schemes_for(_CAUSAL[t])],
         "clipping": clip + buckets,
-        "shaw_value": [f"{t}/{s}" for t in ("retrieval", "copy", "marker") for s in ("shaw_kv", "shaw_k")],
-        "band": ["marker/shaw_kv-k16", "marker/shaw_kv-k16-sinusoidal"],
+        "shaw_value": [f"{t}/{s}" for t in ("retrieval", "copy", "marker") for s in ("shaw", "shaw_key")],
+        "band": ["marker/shaw-k16", "marker/shaw-k16-sinusoidal"],
         "emd": [f"position/{s}" for s in EMD_SCHEMES],
     }
 
 
-_MODEL = dict(d_model=64, num_layers=2, num_heads=4, d_ff=128)
-# Model knobs shared by every run unless a run overrides them (clip 8 for Shaw and DeBERTa,
-# T5's default 32 buckets and max_distance 128).
-_SCHEME_DEFAULTS = dict(shaw_k=8, deberta_span=8, t5_num_buckets=32, t5_max_distance=128)
+_MODEL = dict(d_model=64, num_layers=2, num_heads=4, d_mlp=128)
 
 _BOOK_TASKS = {
     "retrieval": TaskSetup("retrieval", dict(num_pairs=3, num_keys=8, num_values=8, num_filler=4),
@@ -129,7 +138,7 @@ PRESETS = {
     "book": Preset(
         name="book",
         description="the chapter's preset: every model of every experiment, about 4 minutes per seed on 2 CPU cores",
-        model=dict(_MODEL, **_SCHEME_DEFAULTS), lr=3e-3, warmup_steps=30, log_points=20, seeds=(0,),
+        model=dict(_MODEL), lr=3e-3, warmup_steps=30, log_points=20, seeds=(0,),
         tasks=_BOOK_TASKS, runs=_runs(), experiments=_experiments(),
     ),
 }

@@ -26,6 +26,7 @@ from ..provenance import git_commit, machine
 __all__ = [
     "FORMAT",
     "build_results",
+    "results_text",
     "save_results",
     "load_results",
     "records",
@@ -62,16 +63,21 @@ def build_results(preset, seeds, run_output: dict, *, command: str | None = None
     return {"format": FORMAT, "provenance": provenance, "preset": preset.to_dict(), "runs": run_output["runs"]}
 
 
-def save_results(results: dict, path) -> Path:
-    """Write ``results`` as JSON: provenance and preset indented, one line per run record."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def results_text(results: dict) -> str:
+    """``results`` as JSON text: provenance and preset indented, one line per run record."""
     head = {k: v for k, v in results.items() if k != "runs"}
     text = json.dumps(head, indent=1)[:-2] + ',\n "runs": [\n  '
     text += ",\n  ".join(json.dumps(r, separators=(",", ":")) for r in results["runs"]) + "\n ]\n}\n"
     if json.loads(text) != json.loads(json.dumps(results)):  # pragma: no cover - a formatting bug
-        raise RuntimeError("save_results: the compact layout does not read back as the same object")
-    path.write_text(text)
+        raise RuntimeError("results_text: the compact layout does not read back as the same object")
+    return text
+
+
+def save_results(results: dict, path) -> Path:
+    """Write ``results`` to ``path`` (``results_text``'s layout)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(results_text(results))
     return path
 
 
@@ -194,18 +200,12 @@ def cosine_similarity(table) -> torch.Tensor:
     return unit @ unit.T  # (R, R)
 
 
-def committed_path(name: str = "lab-book.json", start=None) -> Path:
-    """``data/lab/<name>`` in the repository: searched from ``start`` (default: the current
-    folder) upwards, so a chapter finds it whether it runs from ``chapters/`` or the root."""
-    here = Path.cwd() if start is None else Path(start)
-    for folder in (here, *here.resolve().parents):
-        candidate = folder / "data" / "lab" / name
-        if candidate.is_file():
-            return candidate
-    raise ValueError(
-        f"name must be a results file under data/lab/ of the relpos repository, but no data/lab/{name} "
-        f"was found above {str(here)!r}; clone the repository (the committed results are not part of the package)"
-    )
+def committed_path(name: str = "lab-book.json") -> Path:
+    """The committed results file ``name``, shipped with the package (``relpos_core/data/``,
+    found by ``relpos_core.resources``): the same wherever relpos_core is installed."""
+    from relpos_core import resources
+
+    return resources.path(name)
 
 
 def provenance_line(results: dict, path=None) -> str:

@@ -24,7 +24,9 @@ import torch.nn.functional as F
 
 from relpos_core._validate import check_int, check_positive_int
 
-from .models import LabModel, LabModelConfig, build_model
+from relpos_core.models import Transformer, TransformerConfig
+
+from .models import build_model, lab_config, untrained_position_rows
 from .presets import Preset, RunSpec, TaskSetup
 from .tasks import IGNORE, Task, make_task
 
@@ -49,14 +51,10 @@ def threads(n: int | None):
         torch.set_num_threads(previous)
 
 
-def _model_config(preset: Preset, setup: TaskSetup, task: Task, spec: RunSpec) -> LabModelConfig:
-    options = dict(preset.model)
-    options.update(spec.model_options)
-    return LabModelConfig(
-        scheme=spec.scheme, vocab_size=task.vocab_size, num_classes=task.num_classes,
-        train_length=setup.train_length, max_positions=setup.train_length * max(setup.multipliers),
-        causal=task.causal, **options,
-    )
+def _model_config(preset: Preset, setup: TaskSetup, task: Task, spec: RunSpec) -> TransformerConfig:
+    return lab_config(spec.scheme, vocab_size=task.vocab_size, num_classes=task.num_classes,
+                      max_positions=setup.train_length * max(setup.multipliers), causal=task.causal,
+                      position=spec.position, **preset.model)
 
 
 def _lr_factor(step: int, warmup: int, total: int) -> float:
@@ -65,7 +63,7 @@ def _lr_factor(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-def _loss_and_correct(model: LabModel, tokens, targets):
+def _loss_and_correct(model: Transformer, tokens, targets):
     logits = model(tokens)  # (B, L, C)
     labelled = targets != IGNORE  # (B, L)
     picked = logits[labelled]  # (N, C)
@@ -75,7 +73,7 @@ def _loss_and_correct(model: LabModel, tokens, targets):
 
 
 @torch.inference_mode()
-def evaluate(model: LabModel, task: Task, length: int, rows: int, *, seed: int, chunk_tokens: int = 16384) -> dict:
+def evaluate(model: Transformer, task: Task, length: int, rows: int, *, seed: int, chunk_tokens: int = 16384) -> dict:
     """Accuracy over ``rows`` fresh rows of ``length``, and per ``detail`` value.
 
     Returns ``{"accuracy": float, "labels": int, "by_detail": {detail: [correct, total]}}``.
@@ -108,7 +106,7 @@ def evaluate(model: LabModel, task: Task, length: int, rows: int, *, seed: int, 
             "by_detail": {k: by_detail[k] for k in sorted(by_detail)}}
 
 
-def train_run(preset: Preset, spec: RunSpec, seed: int, *, progress=None) -> tuple[dict, LabModel]:
+def train_run(preset: Preset, spec: RunSpec, seed: int, *, progress=None) -> tuple[dict, Transformer]:
     """Train ``spec`` under ``preset`` with ``seed``; return (its result record, the trained model).
 
     ``progress(n_steps, loss)``, if given, is called after every step.
@@ -154,36 +152,39 @@ def train_run(preset: Preset, spec: RunSpec, seed: int, *, progress=None) -> tup
             evals[str(m)].pop("by_detail")
     record = {
         "run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "scheme": spec.scheme, "seed": seed,
-        "model": config.to_dict(), "parameters": sum(p.numel() for p in model.parameters()),
+        "model": dict(vars(config)), "parameters": sum(p.numel() for p in model.parameters()),
         "train_length": setup.train_length, "steps": steps, "batch_size": setup.batch_size,
         "curve": curve, "eval": evals,
         "train_s": round(train_s, 3), "eval_s": round(time.perf_counter() - start - train_s, 3),
         "cpu_s": round(time.process_time() - cpu_start, 3),
     }
-    if model.untrained_position_rows:
-        rows = model.untrained_position_rows
+    rows = untrained_position_rows(model, setup.train_length)
+    if rows:
         record["untrained_position_rows"] = [rows.start, rows.stop]
     if initial_tables is not None:
         record["tables"] = {"initial": initial_tables, "trained": _tables(model)}
     return record, model
 
 
-def _tables(model: LabModel) -> dict:
+def _tables(model: Transformer) -> dict:
     """Layer 0's Shaw key table (2k + 1, d), rounded, rows for offsets -k .. k."""
-    table = model.blocks[0].rel_key.detach()  # (2k + 1, d)
-    return {"rel_key": [[round(v, 6) for v in row] for row in table.tolist()], "k": model.config.shaw_k}
+    table = model.position.rel_key[0].detach()  # (2k + 1, d)
+    k = model.config.options.max_relative_position
+    return {"rel_key": [[round(v, 6) for v in row] for row in table.tolist()], "k": k}
 
 
 def run_preset(preset: Preset, seeds=None, *, progress: bool = True, threads_per_run: int | None = 1,
-               workers: int = 1, keep_models: bool = False) -> dict:
+               workers: int = 1, keep_models: bool = False, on_record=None) -> dict:
     """Train every run of ``preset`` for every seed.
 
     ``workers > 1`` trains that many runs at a time in separate processes (spawned, each
     with ``threads_per_run`` torch threads). Every run is seeded on its own, so the
     records are the same whichever process trains them, and they come back in the
-    preset's order. Returns ``{"runs": [...], "wall_s", "cpu_s", "threads", "workers"}``,
-    ``cpu_s`` being the CPU time of all runs summed (plus ``"models"`` keyed by
-    (run_id, seed) when ``keep_models``, which needs ``workers == 1``).
+    preset's order. ``on_record(record)`` is called as each run finishes (in finishing
+    order), so a caller can keep it before the whole preset is done. Returns
+    ``{"runs": [...], "wall_s", "cpu_s", "threads", "workers"}``, ``cpu_s`` being the CPU
+    time of all runs summed (plus ``"models"`` keyed by (run_id, seed) when
+    ``keep_models``, which needs ``workers == 1``).
     """
     seeds = tuple(preset.seeds if seeds is None else seeds)
     if not seeds:
@@ -213,10 +214,12 @@ def run_preset(preset: Preset, seeds=None, *, progress: bool = True, threads_per
                     tick = None
                 record, model = train_run(preset, spec, seed, progress=tick)
                 runs.append(record)
+                if on_record is not None:
+                    on_record(record)
                 if keep_models:
                     models[(spec.run_id, seed)] = model
     else:
-        runs = _run_in_processes(preset, jobs, workers, threads_per_run, bar)
+        runs = _run_in_processes(preset, jobs, workers, threads_per_run, bar, on_record)
     if bar is not None:
         bar.close()
     out = {"runs": runs, "wall_s": round(time.perf_counter() - start, 2),
@@ -236,21 +239,30 @@ def _train_job(preset: Preset, spec: RunSpec, seed: int) -> dict:
     return record
 
 
-def _run_in_processes(preset, jobs, workers, threads_per_run, bar) -> list[dict]:
+def _run_in_processes(preset, jobs, workers, threads_per_run, bar, on_record=None) -> list[dict]:
     import concurrent.futures
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")  # fork is unsafe once torch has started threads
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                                initializer=_worker_init, initargs=(threads_per_run,)) as pool:
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                                  initializer=_worker_init, initargs=(threads_per_run,))
+    try:
         futures = [pool.submit(_train_job, preset, spec, seed) for spec, seed in jobs]
         steps = {f: preset.tasks[spec.task].steps for f, (spec, _) in zip(futures, jobs)}
         names = {f: f"{spec.run_id} seed {seed}" for f, (spec, seed) in zip(futures, jobs)}
         for future in concurrent.futures.as_completed(futures):
+            record = future.result()
+            if on_record is not None:
+                on_record(record)
             if bar is not None:
                 bar.set_description(f"done {names[future]}")
                 bar.update(steps[future])
         return [f.result() for f in futures]
+    except BaseException:  # Ctrl-C or a failed run: stop the others now, keep what finished (on_record)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def _progress_bar(total: int, desc: str):

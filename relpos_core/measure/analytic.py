@@ -21,26 +21,24 @@ upper bound, used by the guard, not a measurement target.
 
 ``analytic_bytes(scheme, form, backend, ...)`` is the same count for a scheme of the
 registry with example tables of the given sizes; ``k`` is the scheme's distance
-parameter (Shaw's clip distance, T5's max_distance, DeBERTa's att_span, the number of
-Transformer-XL distances).
+parameter (its declaration names it: Shaw's clip distance, T5's max_distance, ...).
+
+The ledger knows the kernels' steps, not the schemes: what a scheme's own functions
+allocate (T5's buckets, a Kerple kernel, FIRE's MLP) each piece of its term declares
+(``RowIndex.work_bytes``, ``values_peak``, ``pairs_peak`` in ``relpos_core.terms``).
 """
 from __future__ import annotations
 
 import torch
 
 from relpos_core._validate import check_choice, check_int
+from relpos_core.budget import dtype_size
+from relpos_core.terms import PairScalar, ScalarSlopes, ScalarTable
 
 __all__ = ["peak_bytes", "analytic_bytes", "dtype_size", "Ledger"]
 
 _I64 = 8
 _F32 = 4
-
-
-def dtype_size(dtype: torch.dtype) -> int:
-    """Bytes per element of a torch dtype."""
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")
-    return torch.empty((), dtype=dtype).element_size()
 
 
 class Ledger:
@@ -74,26 +72,18 @@ def _table_size(piece) -> int:
 
 def _rows_bytes(rows, n: int) -> int:
     """Extra bytes a RowIndex needs beyond its (fresh, overwritten) int64 input of n offsets."""
-    return 6 * _I64 * n if "bucket" in rows.description else 0
+    return rows.work_bytes(n)
 
 
-def _t5_bucket_peak(n: int, bidirectional: bool) -> int:
-    """t5_relative_bucket on n offsets: most bytes alive at once beyond its input (see schemes/t5.py)."""
-    bucket = _I64 * n if bidirectional else 0
-    # bucket, distance, clamp copy + its float32 copy, then large + scaled, then where's bool + result
-    return bucket + _I64 * n + max(_I64 * n + _F32 * n, _F32 * n + _I64 * n, _I64 * n + n + _I64 * n)
+_LAST_THREADS = [1]
 
 
-def _scalar_values_peak(piece, n: int, out_size: int) -> int:
-    """Peak of piece.values(offsets) on n offsets beyond its input, result (out_size bytes) included."""
-    from relpos_core.terms import ScalarTable
-
-    if isinstance(piece, ScalarTable):
-        text = piece.ids.description
-        bucket = _t5_bucket_peak(n, "bidirectional" in text) if "bucket" in text else 0
-        return max(bucket, _I64 * n + out_size)
-    # slopes: a float32 copy of the offsets (and |.| and its negation when symmetric), then the result
-    return _F32 * n * (3 if piece.symmetric else 1) + out_size
+def _threads() -> int:
+    """torch's intra-op thread count; inside torch.compile the count of the last eager call (reading it
+    there would break the graph), so a compiled ``rp.attend`` counts what an eager one does."""
+    if not torch.compiler.is_compiling():
+        _LAST_THREADS[0] = torch.get_num_threads()
+    return _LAST_THREADS[0]
 
 
 def _broadcast_copy(B: int, H: int, R: int, d: int, es: int, per_head: bool) -> int:
@@ -102,19 +92,24 @@ def _broadcast_copy(B: int, H: int, R: int, d: int, es: int, per_head: bool) -> 
 
 
 def _rope(m: Ledger, n: int, X: int, d: int, es: int) -> None:
-    """apply_rope on x of X bytes and n positions; leaves the rotated x (X bytes) alive."""
-    m.transient(_F32 * n, _F32 * n * d // 2, _F32 * n * d, _F32 * n * d, _F32 * n * d)  # freqs, emb, cos, sin
-    tables = m.new(2 * n * d * _F32)  # cos, sin
-    if es != _F32:
-        m.transient(2 * n * d * es)
-    a = m.new(X)  # x * cos
-    neg = m.new(X // 2)  # -x2
-    c = m.new(X)  # rotate_half(x) = cat((-x2, x1))
-    m.drop(neg)
-    b = m.new(X)  # rotate_half(x) * sin
-    m.drop(c)
-    m.new(X)  # the sum: kept
-    m.drop(a, b, tables)
+    """kernels.rotary.rotate on x of X bytes and n positions; leaves the rotated x (X bytes) alive."""
+    ws = 8 if es == 8 else 4  # the angles are float32 (float64 for float64 inputs)
+    half = n * (d // 2)
+    m.transient(_I64 * (d // 2), 3 * ws * (d // 2))  # the inverse frequencies' steps
+    inv = m.new(ws * (d // 2))
+    p = m.new(ws * n)  # the positions as floats
+    angle = m.new(ws * half)
+    m.drop(p)
+    cos, sin = m.new(ws * half), m.new(ws * half)
+    cast = m.new(2 * es * half) if es != ws else 0  # cos and sin in x's dtype
+    a, b = m.new(X // 2), m.new(X // 2)  # x1 cos, x2 sin
+    first = m.new(X // 2)  # their difference
+    m.drop(a, b)
+    a, b = m.new(X // 2), m.new(X // 2)  # x1 sin, x2 cos
+    second = m.new(X // 2)  # their sum
+    m.drop(a, b)
+    m.new(X)  # the two halves concatenated: kept
+    m.drop(first, second, angle, cos, sin, cast, inv)
 
 
 def _vector_pieces(m: Ledger, term, form: str, *, B, H, Lq, Lk, d, es, n_off) -> int:
@@ -167,20 +162,19 @@ def _scalar_pieces(m: Ledger, term, form: str, *, H, Lq, Lk, es, contiguous, n_o
     out = H * P * es
     if form == "naive":
         for i, piece in enumerate(term.scalars):
-            offsets = m.new(_I64 * P)
-            m.transient(_scalar_values_peak(piece, P, H * P * _F32) + (H * P * es if es != _F32 else 0))
-            m.drop(offsets)
+            if isinstance(piece, PairScalar):  # from the positions, no offsets tensor
+                m.transient(piece.pairs_peak(Lq, Lk, H * P * es))
+            else:
+                offsets = m.new(_I64 * P)
+                m.transient(piece.values_peak(P, H * P * es))
+                m.drop(offsets)
             if i == 0:
                 m.new(out)
         return out
     per_offset = 0
     for piece in term.scalars:
-        m.transient(_I64 * n_off, _scalar_values_peak(piece, n_off, H * n_off * _F32))
-        per_offset = per_offset or m.new(H * n_off * _F32)
-    if es != _F32:
-        m.new(H * n_off * es)
-        m.drop(per_offset)
-        per_offset = H * n_off * es
+        m.transient(_I64 * n_off, piece.values_peak(n_off, H * n_off * es))
+        per_offset = per_offset or m.new(H * n_off * es)
     cols = m.new(_I64 * P)  # the column of every pair's offset
     m.new(out)
     m.drop(cols, per_offset)
@@ -237,8 +231,6 @@ def _flex_kernel(m: Ledger, *, B, H, Lq, Lk, d, es, device_type: str, threads: i
 
 def _flex_tables(m: Ledger, term, form: str, *, B, H, Lq, Lk, d, es, n_off) -> None:
     """build_score_mod: the fp32 tables a score_mod reads (kept for the kernel)."""
-    from relpos_core.terms import ScalarSlopes, ScalarTable
-
     P = Lq * Lk
     per_pair = m.new(_I64 * P) if form == "naive" else 0
     pieces = [(p, Lq) for p in term.query_vectors] + [(p, Lk) for p in term.key_vectors]
@@ -259,11 +251,17 @@ def _flex_tables(m: Ledger, term, form: str, *, B, H, Lq, Lk, d, es, n_off) -> N
             continue
         if form == "naive" and isinstance(piece, ScalarTable):
             clone = m.new(_I64 * P)
-            m.transient(_scalar_values_peak(piece, P, 0) - 0)
+            m.transient(max(piece.ids.work_bytes(P), _I64 * P))  # the buckets' steps, their result inside
             m.drop(clone)
             m.new(_I64 * P)  # the bucket-id tensor: kept
+        elif isinstance(piece, PairScalar):
+            m.transient(piece.pairs_peak(Lq, Lk, H * P * _F32))
+            m.new(H * P * _F32)  # the per-pair bias: kept
+        elif form == "naive":
+            m.transient(piece.values_peak(P, H * P * _F32))
+            m.new(H * P * _F32)  # the per-pair bias: kept
         else:
-            m.transient(_I64 * n_off, _scalar_values_peak(piece, n_off, H * n_off * _F32))
+            m.transient(_I64 * n_off, piece.values_peak(n_off, H * n_off * _F32))
             m.new(H * n_off * _F32)  # per-offset bias: kept
     if not any(isinstance(p, ScalarSlopes) for p in term.scalars):
         m.drop(per_pair)  # read by no score_mod: freed when the score_mod is built
@@ -278,7 +276,7 @@ def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: in
     ``num_offsets``: distinct offsets of the call (default Lq + Lk - 1, contiguous positions).
     """
     es = dtype_size(dtype)
-    threads = torch.get_num_threads() if threads is None else threads
+    threads = _threads() if threads is None else threads
     n_off = Lq + Lk - 1 if num_offsets is None else num_offsets
     S, Xq, Xk, P = B * H * Lq * Lk * es, B * H * Lq * d * es, B * H * Lk * d * es, Lq * Lk
     m = Ledger(keep_all=grad)
@@ -293,7 +291,10 @@ def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: in
     sizes = dict(B=B, H=H, Lq=Lq, Lk=Lk, d=d, es=es, n_off=n_off)
     if backend == "flex" and not (grad and device_type == "cpu"):
         _flex_tables(m, term, form, **sizes)
-        m.transient(64 * (-(-Lq // 128)) * (-(-Lk // 128)) + 1024)  # block-mask tables
+        tiles = 64 * (-(-Lq // 128)) * (-(-Lk // 128)) + 1024  # the block-mask tables
+        if causal and not contiguous:  # create_block_mask evaluates the mask at every pair: 10 bytes a pair (CPU)
+            tiles += 10 * Lq * Lk
+        m.transient(tiles)
         m.new(Xq)  # the output
         _flex_kernel(m, B=B, H=H, Lq=Lq, Lk=Lk, d=d, es=es, device_type=device_type, threads=threads,
                      compiled=compiled)
@@ -342,7 +343,7 @@ def analytic_bytes(scheme: str, form: str, backend: str, *, B: int, H: int, Lq: 
     from relpos_core.kernels.forms import BACKENDS, FORMS
     from relpos_core.registry import example_term, scheme_names, unsupported_reason
 
-    check_choice("scheme", scheme, scheme_names())
+    check_choice("scheme", scheme, scheme_names())  # registry names come from the scheme declarations
     check_choice("form", form, FORMS)
     check_choice("backend", backend, BACKENDS)
     for name, value in (("B", B), ("H", H), ("Lq", Lq), ("Lk", Lk), ("d", d), ("k", k)):

@@ -1,4 +1,4 @@
-"""The memory guard: refuse, before allocating, a tensor bigger than the budget.
+"""The path guard: refuse a kernel path over the memory budget, and name one that fits.
 
 Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb), and chapter 9,
 "Failure modes" (chapters/09_failure_modes.ipynb). The failure mode "a materialised bias
@@ -6,164 +6,63 @@ runs out of memory" (an fp32 bias of 16 heads at L = 16384 is 16 GiB) becomes an
 explained error: ``rp.attend`` counts the bytes a path will allocate
 (``relpos_core.measure.analytic.peak_bytes``) before allocating any of them, and over
 the budget raises ``MemoryBudgetError`` naming the bytes, the budget and the cheapest
-supported path that fits (itself checked the same way when it runs). Builders that make
-an [Lq, Lk] tensor on their own (``relative_offsets``, ``alibi_bias``,
-``t5_bias_from_table``) call ``check_memory`` too.
+path that fits *and accepts the same call* (same dtype, device, causality, positions
+and gradients: the rules of ``relpos_core.registry.call_refusal``, which ``rp.attend``
+applies too), counted with the same ledger.
 
-The budget is module-level and configurable: ``set_memory_budget(nbytes)``, the
-``memory_budget(nbytes)`` context manager, or the environment variable
-``RELPOS_MEMORY_BUDGET``: a whole number of bytes >= 1, or "none" for no limit. The
-variable is read when a budget is first needed (not at import, so a bad value cannot
-break ``import relpos_core``); a bad value raises a ValueError that names it.
+The budget itself (``memory_budget``, ``set_memory_budget``, ``RELPOS_MEMORY_BUDGET``)
+lives on the ground floor, ``relpos_core.budget``; its names are re-exported here.
 """
 from __future__ import annotations
 
-import contextlib
-import os
-
-import torch
-
-from relpos_core._validate import check_int
+from relpos_core.budget import (DEFAULT_MEMORY_BUDGET, MAX_BUDGET, MemoryBudgetError, check_memory, format_bytes,
+                                get_memory_budget, memory_budget, parse_budget, set_memory_budget)
+from relpos_core.kernels.forms import BACKENDS, FORMS
+from relpos_core.measure.analytic import peak_bytes
+from relpos_core.registry import Call, call_refusal
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
+    "MAX_BUDGET",
     "MemoryBudgetError",
     "check_memory",
     "check_path_memory",
-    "parse_budget",
+    "cheapest_path",
     "format_bytes",
     "get_memory_budget",
     "memory_budget",
+    "parse_budget",
     "set_memory_budget",
 ]
 
-DEFAULT_MEMORY_BUDGET = 16 * 2**30  # 16 GiB: one dense fp32 bias of 16 heads at L = 16384 just fits
 
-
-class MemoryBudgetError(ValueError):
-    """A kernel path would materialise more bytes than the memory budget allows."""
-
-
-_UNSET = object()
-MAX_BUDGET = 2**62  # beyond any machine; keeps byte arithmetic exact
-
-
-def parse_budget(raw: str, *, name: str = "RELPOS_MEMORY_BUDGET") -> int | None:
-    """A budget from text: a whole number of bytes in [1, 2**62] (underscores allowed), or "none"."""
-    text = str(raw).strip().replace("_", "")
-    if text.lower() == "none":
-        return None
-    if not text.isdigit():
-        raise ValueError(f"{name} must be a whole number of bytes in [1, 2**62] or 'none', got {raw!r}")
-    value = int(text)
-    if not 1 <= value <= MAX_BUDGET:
-        raise ValueError(f"{name} must be a whole number of bytes in [1, 2**62] or 'none', got {raw!r}")
-    return value
-
-
-def _budget_from_env():
-    raw = os.environ.get("RELPOS_MEMORY_BUDGET")
-    if raw is None or raw.strip() == "":
-        return DEFAULT_MEMORY_BUDGET
-    return parse_budget(raw)
-
-
-_BUDGET = [_UNSET]
-
-
-def format_bytes(nbytes: int | float) -> str:
-    """1536 -> '1.5 KiB'; binary units, one decimal."""
-    n = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
-
-
-def get_memory_budget() -> int | None:
-    """The current budget in bytes (None: unlimited)."""
-    if _BUDGET[0] is _UNSET:
-        _BUDGET[0] = _budget_from_env()
-    return _BUDGET[0]
-
-
-def set_memory_budget(nbytes: int | None) -> int | None:
-    """Set the budget (bytes in [1, 2**62], or None for no limit); returns the previous one."""
-    if nbytes is not None:
-        nbytes = check_int("nbytes", nbytes, min_value=1, max_value=MAX_BUDGET)
-    previous = get_memory_budget()
-    _BUDGET[0] = nbytes
-    return previous
-
-
-@contextlib.contextmanager
-def memory_budget(nbytes: int | None):
-    """``with memory_budget(2**30): ...`` limits every guarded path inside to 1 GiB."""
-    previous = set_memory_budget(nbytes)
-    try:
-        yield nbytes
-    finally:
-        _BUDGET[0] = previous
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16",
-            torch.int64: "int64", torch.int32: "int32"}.get(dtype, str(dtype).replace("torch.", ""))
-
-
-def check_memory(
-    nbytes: int,
-    *,
-    what: str,
-    shape: tuple[int, ...] | list[int],
-    dtype: torch.dtype,
-    alternative: str | None = None,
-    alternative_bytes: int | None = None,
-) -> None:
-    """Raise ``MemoryBudgetError`` if ``nbytes`` exceeds the budget; call BEFORE allocating.
-
-    ``what`` names the path ("naive Shaw"), ``shape``/``dtype`` the tensor it would build,
-    ``alternative`` the path that avoids it and ``alternative_bytes`` what that one needs.
-    """
-    budget = get_memory_budget()
-    if budget is None or nbytes <= budget:
-        return
-    dims = ", ".join(str(int(s)) for s in shape)
-    msg = (f"{what} would materialise {format_bytes(nbytes)} for [{dims}] {_dtype_name(dtype)}, "
-           f"over the memory budget of {format_bytes(budget)}")
-    if alternative is not None:
-        extra = f" ({format_bytes(alternative_bytes)})" if alternative_bytes is not None else ""
-        msg += f"; use {alternative}{extra}"
-    msg += " (or raise the budget with relpos_core.measure.guard.memory_budget(nbytes))"
-    raise MemoryBudgetError(msg)
-
-
-def check_path_memory(nbytes: int, *, term, form: str, backend: str, B: int, H: int, Lq: int, Lk: int, d: int,
-                      dtype: torch.dtype, contiguous: bool = True, **sizes) -> None:
-    """``check_memory`` for one ``rp.attend`` path, suggesting the cheapest supported path that fits."""
-    budget = get_memory_budget()
-    if budget is None or nbytes <= budget:
-        return
-    from relpos_core.kernels.forms import BACKENDS, FORMS
-    from relpos_core.measure.analytic import peak_bytes
-    from relpos_core.registry import unsupported_reason
-
+def cheapest_path(term, call: Call, *, budget: int | None, exclude=()) -> tuple[int, str, str] | None:
+    """(bytes, form, backend) of the cheapest path that accepts ``call`` and fits ``budget``, or None."""
     options = []
-    for f in FORMS:
-        for b in BACKENDS:
-            if (f, b) == (form, backend) or unsupported_reason(term, f, b) is not None:
+    for form in FORMS:
+        for backend in BACKENDS:
+            if (form, backend) in exclude or call_refusal(term, form, backend, call) is not None:
                 continue
-            if f == "skew" and not contiguous:
-                continue
-            options.append((peak_bytes(term, f, b, B=B, H=H, Lq=Lq, Lk=Lk, d=d, dtype=dtype,
-                                       contiguous=contiguous, **sizes), f, b))
-    options.sort()
-    fits = [o for o in options if o[0] <= budget]
-    if fits:
-        need, f, b = fits[0]
-        alternative = f"form={f!r}, backend={b!r}"
-    else:
-        need, alternative = None, None
+            options.append((peak_bytes(term, form, backend, **call.ledger_sizes(backend)), form, backend))
+    fits = sorted(o for o in options if budget is None or o[0] <= budget)
+    return fits[0] if fits else None
+
+
+def check_path_memory(nbytes: int, *, term, form: str, backend: str, call: Call) -> None:
+    """``check_memory`` for one ``rp.attend`` path, suggesting the cheapest accepting path that fits."""
+    budget = get_memory_budget()
+    if budget is None or nbytes <= budget:
+        return
+    best = cheapest_path(term, call, budget=budget, exclude=((form, backend),))
+    if best is None:
+        cheapest = cheapest_path(term, call, budget=None)
+        least = "" if cheapest is None else (f" (the cheapest, form={cheapest[1]!r}, backend={cheapest[2]!r}, "
+                                             f"needs {format_bytes(cheapest[0])})")
+        raise MemoryBudgetError(
+            f"{term.scheme} with form={form!r}, backend={backend!r} would materialise {format_bytes(nbytes)} for "
+            f"[{call.B}, {call.H}, {call.Lq}, {call.Lk}], over the memory budget of {format_bytes(budget)}; no path "
+            f"that accepts this call fits the budget{least}: shorten the call or raise the budget with "
+            f"relpos_core.budget.memory_budget(nbytes)")
     check_memory(nbytes, what=f"{term.scheme} with form={form!r}, backend={backend!r}",
-                 shape=(B, H, Lq, Lk), dtype=dtype, alternative=alternative, alternative_bytes=need)
+                 shape=(call.B, call.H, call.Lq, call.Lk), dtype=call.dtype,
+                 alternative=f"form={best[1]!r}, backend={best[2]!r}", alternative_bytes=best[0])

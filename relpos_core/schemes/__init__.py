@@ -1,22 +1,120 @@
-"""What each scheme computes: one module per scheme (see CONTRIBUTING.md).
+"""What each scheme computes: one file per scheme, found by itself (see CONTRIBUTING.md).
 
-``SIGN_CONVENTIONS`` lists every scheme's offset convention (``key_minus_query`` = j - i,
-``query_minus_key`` = i - j) and what a positive offset means.
+Every module of this package that defines ``SCHEME`` (a ``declaration.Scheme``) is a
+scheme: ``SCHEMES`` maps its name to the declaration, ``names()`` lists every registry
+name (schemes and their variants, in the declarations' order) and ``lookup(name)``
+returns an ``Entry`` for any of them. Nothing else in the library lists schemes by hand:
+the registry of kernel paths, the sign-convention table (``SIGN_CONVENTIONS``), the
+benchmark's cases, figure labels, the decoder and the lab all read these.
 """
-from . import absolute, alibi, conventions, deberta, music_transformer, rope, shaw, t5, transformer_xl
-from .conventions import SIGN_CONVENTIONS, conventions_table_markdown, sign_convention
+from __future__ import annotations
 
-__all__ = [
-    "absolute",
-    "alibi",
-    "conventions",
-    "deberta",
-    "music_transformer",
-    "rope",
-    "shaw",
-    "t5",
-    "transformer_xl",
-    "SIGN_CONVENTIONS",
-    "conventions_table_markdown",
-    "sign_convention",
-]
+import importlib
+import pkgutil
+from dataclasses import dataclass
+
+import torch
+
+from . import conventions
+from .declaration import Distance, ModelShape, PositionModule, Scheme, Variant, make_options
+
+__all__ = ["SCHEMES", "Entry", "names", "lookup", "SIGN_CONVENTIONS", "conventions_table_markdown",
+           "sign_convention", "Scheme", "Variant", "Distance", "ModelShape", "PositionModule"]
+
+_NOT_SCHEMES = {"declaration", "conventions"}
+
+
+def _discover() -> dict[str, Scheme]:
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_") or info.name in _NOT_SCHEMES:
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        scheme = getattr(module, "SCHEME", None)
+        if not isinstance(scheme, Scheme):
+            raise ImportError(f"relpos_core/schemes/{info.name}.py declares no SCHEME = Scheme(...): every module "
+                              f"of relpos_core.schemes is a scheme (helpers go in relpos_core/terms.py or kernels/)")
+        if scheme.name != info.name:
+            raise ImportError(f"relpos_core/schemes/{info.name}.py declares the scheme {scheme.name!r}: a scheme's "
+                              f"file is named after it")
+        found.append(scheme)
+    found.sort(key=lambda s: (s.order, s.name))
+    return {s.name: s for s in found}
+
+
+SCHEMES: dict[str, Scheme] = _discover()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registry name: a scheme, or one of its variants."""
+
+    name: str
+    scheme: Scheme
+    variant: Variant | None = None
+
+    @property
+    def display(self) -> str:
+        return self.variant.display if self.variant is not None else self.scheme.display
+
+    @property
+    def short(self) -> str:
+        """A compact label: the declaration's ``short``, else its ``display``."""
+        item = self.variant if self.variant is not None else self.scheme
+        return item.short or item.display
+
+    @property
+    def color(self) -> str:
+        """The book's colour for it (``#rrggbb``): the variant's own, else the scheme's."""
+        return (self.variant.color if self.variant is not None else "") or self.scheme.color
+
+    @property
+    def summary(self) -> str:
+        return (self.variant.summary or self.scheme.summary) if self.variant is not None else self.scheme.summary
+
+    def options(self, overrides: dict | None = None):
+        """The module's options for this entry (``overrides`` on top of the variant's settings)."""
+        return make_options(self.scheme, overrides, variant=self.variant)
+
+    def example(self, num_heads: int, head_dim: int, k: int | None = None, *, device=None,
+                dtype: torch.dtype = torch.float32, generator=None, options: dict | None = None):
+        """A term with random tables; ``k`` sets the distance parameter (``device="meta"``: shapes only)."""
+        overrides = dict(options or {})
+        if k is not None and self.scheme.distance is not None:
+            overrides[self.scheme.distance.name] = max(self.scheme.distance.minimum, int(k))
+        return self.scheme.example(num_heads, head_dim, self.options(overrides), device=device, dtype=dtype,
+                                   generator=generator)
+
+
+_ENTRIES: dict[str, Entry] = {}
+for _scheme in SCHEMES.values():
+    for _name in _scheme.names():
+        if _name in _ENTRIES:
+            raise ImportError(f"the registry name {_name!r} is declared twice")
+        _ENTRIES[_name] = Entry(_name, _scheme, _scheme.variant(_name))
+
+
+def names() -> tuple[str, ...]:
+    """Every registry name: each scheme, followed by its variants, in declaration order."""
+    return tuple(_ENTRIES)
+
+
+def lookup(name: str) -> Entry:
+    """The ``Entry`` of a registry name; ValueError listing the names otherwise."""
+    if name not in _ENTRIES:
+        raise ValueError(f"scheme must be one of {list(_ENTRIES)}, got {name!r}")
+    return _ENTRIES[name]
+
+
+SIGN_CONVENTIONS: list[dict] = [conventions.row(s) for s in SCHEMES.values()]
+
+
+def sign_convention(scheme: str) -> dict:
+    """The row of ``SIGN_CONVENTIONS`` for ``scheme`` (e.g. ``"t5"``; a variant gives its scheme's row)."""
+    base = lookup(scheme).scheme.name
+    return next(row for row in SIGN_CONVENTIONS if row["scheme"] == base)
+
+
+def conventions_table_markdown() -> str:
+    """``SIGN_CONVENTIONS`` as a Markdown table (one row per scheme)."""
+    return conventions.table_markdown(SIGN_CONVENTIONS)

@@ -19,12 +19,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from relpos_core._validate import check_choice, check_positive_int, check_tensor
+from relpos_core.schemes.declaration import PositionModule, Scheme, Variant
 
 __all__ = [
     "sinusoidal_position_embeddings",
     "LearnedPositionEmbedding",
     "AbsoluteAttentionConfig",
     "AbsoluteSelfAttention",
+    "AbsoluteOptions",
+    "AbsolutePosition",
+    "SCHEME",
 ]
 
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64)
@@ -133,3 +137,54 @@ class AbsoluteSelfAttention(nn.Module):
         attn = scores.softmax(dim=-1)  # (B, H, L, L)
         out = (attn @ v).transpose(1, 2).reshape(B, L, D)  # (B, L, D)
         return self.o(out), attn
+
+
+# ----------------------------------------------------------------------------- in a model
+
+
+@dataclass(frozen=True)
+class AbsoluteOptions:
+    """``embedding``: "sinusoidal" (Vaswani et al.) or "learned" (BERT / GPT: one trained row per position)."""
+
+    embedding: str = "sinusoidal"
+
+    def __post_init__(self):
+        check_choice("embedding", self.embedding, ("sinusoidal", "learned"))
+
+
+class AbsolutePosition(PositionModule):
+    """A (max_positions, d_model) table added to the token embeddings; no attention term.
+
+    A learned table's rows beyond the training length never get a gradient: with Adam and
+    no weight decay they keep their initial values (chapter 10 looks at that).
+    """
+
+    def __init__(self, shape, options: AbsoluteOptions):
+        super().__init__(shape, options)
+        if options.embedding == "learned":
+            self.weight = nn.Parameter(torch.zeros(shape.max_positions, shape.d_model))  # (N, D)
+        else:
+            self.register_buffer("weight", sinusoidal_position_embeddings(shape.max_positions, shape.d_model),
+                                 persistent=False)  # (N, D)
+
+    def embed(self, h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        rows = _check_positions(positions, self.shape.max_positions)
+        return h + self.weight[rows].to(h.dtype)  # (B, n, D): the position enters the token itself
+
+
+def example(num_heads, head_dim, options, *, device=None, dtype=None, generator=None):
+    """No attention term: the position is in the token embeddings."""
+    return None
+
+
+SCHEME = Scheme(
+    name="absolute", color="#999933", short="sinusoidal", display="sinusoidal absolute", paper="Vaswani et al. 2017", cite="vaswani2017attention",
+    chapter="01_why_relative_positions", convention="none", formula=r"x_i + p_i",
+    code="relpos_core.schemes.absolute.sinusoidal_position_embeddings", injects="input",
+    summary="a fixed sinusoid added to each token",
+    caches="keys and values with each token's position inside them",
+    example=example, options=AbsoluteOptions, module=AbsolutePosition, order=10,
+    variants=(Variant("learned", "learned absolute", dict(embedding="learned"),
+                      "a trained vector per position added to each token (BERT, GPT-2)", model_only=True,
+                      short="learned", color="#9467bd"),),
+)

@@ -17,14 +17,17 @@ same attention. We build the bias as the paper writes it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from relpos_core._validate import check_choice, check_int, check_positive_int
-from relpos_core.measure.guard import check_memory
+from relpos_core._validate import check_choice, check_positive_int
+from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
+from relpos_core.schemes.declaration import PositionModule, Scheme
 from relpos_core.terms import PositionTerm, ScalarSlopes
 
-__all__ = ["alibi_slopes", "alibi_bias", "position_term", "example_term", "EXAMPLES", "MAX_HEADS"]
+__all__ = ["alibi_slopes", "alibi_bias", "position_term", "ALiBiOptions", "ALiBiPosition", "SCHEME", "MAX_HEADS"]
 
 MAX_HEADS = 4096  # far beyond any model; bounds the Python loop that builds the slopes
 
@@ -51,38 +54,35 @@ def alibi_bias(
     query_len: int,
     key_len: int | None = None,
     *,
-    causal: bool = True,
-    query_offset: int = 0,
+    symmetric: bool = False,
+    query_offset: int | None = None,
     key_positions: torch.Tensor | None = None,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """(H, Lq, Lk) float32 ALiBi bias, convention ``query_minus_key`` (distance i - j).
 
-    causal: ``-m_h * (i - j)`` for keys at or before the query (i - j >= 0), ``-inf`` for keys
-    after it. Bidirectional (``causal=False``): the symmetric ``-m_h * |i - j|``.
-    Query i sits at position ``query_offset + i``, key j at position j, or at
-    ``key_positions[j]`` when given (the keys a KV cache kept, at their original positions).
+    ``-m_h * (i - j)`` for every pair, as the paper writes it (keys after the query get a
+    positive value here: causality is the attention mask, never part of the bias, so
+    pass ``causal=True`` to ``rp.attention`` or ``rp.attend``). ``symmetric=True``: the
+    bidirectional ``-m_h * |i - j|``. Key j sits at position j (or ``key_positions[j]``,
+    the keys a KV cache kept, at their positions) and the queries are the last
+    ``query_len`` keys unless ``query_offset`` places them.
     """
     num_heads = check_positive_int("num_heads", num_heads)
     query_len = check_positive_int("query_len", query_len)
-    if key_positions is None:
-        key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
-    check_choice("causal", causal, (True, False))
-    query_offset = check_int("query_offset", query_offset)
-    n_keys = key_len if key_positions is None else key_positions.numel()
+    check_choice("symmetric", symmetric, (False, True))
+    n_keys = key_positions.numel() if key_positions is not None else (key_len or query_len)
     check_memory(4 * num_heads * query_len * n_keys + 8 * query_len * n_keys, what="alibi_bias",
                  shape=(num_heads, query_len, n_keys), dtype=torch.float32,
                  alternative="rp.attend with rp.schemes.alibi.position_term and backend='flex' (no dense bias)")
     distance = relative_offsets(query_len, key_len, convention="query_minus_key", query_offset=query_offset,
                                 key_positions=key_positions, device=device)  # (Lq, Lk) i - j
-    slopes = alibi_slopes(num_heads).to(device)[:, None, None]  # (H, 1, 1)
-    if not causal:
-        return slopes * -distance.abs()  # (H, Lq, Lk) -m_h * |i - j|
-    bias = slopes * -distance  # (H, Lq, Lk) -m_h * (i - j), +0.0 on the diagonal
-    return bias.masked_fill(distance < 0, float("-inf"))  # keys after the query are masked
+    slopes = alibi_slopes(num_heads).to(distance.device)[:, None, None]  # (H, 1, 1)
+    return slopes * -(distance.abs() if symmetric else distance)  # (H, Lq, Lk)
 
 
-def position_term(num_heads: int, *, symmetric: bool = False, device: torch.device | str | None = None) -> PositionTerm:
+def position_term(num_heads: int, *, symmetric: bool = False, device: torch.device | str | None = None,
+                  slopes: torch.Tensor | None = None) -> PositionTerm:
     """ALiBi's position term for ``rp.attend``: ``-m_h (i - j)`` added to the scaled logit.
 
     Convention ``query_minus_key`` (distance i - j); in the kernels' offset j - i it is
@@ -91,20 +91,52 @@ def position_term(num_heads: int, *, symmetric: bool = False, device: torch.devi
     bidirectional variant ``-m_h |i - j|``. No parameters: the slopes are fixed.
     """
     check_choice("symmetric", symmetric, (False, True))
-    slopes = alibi_slopes(num_heads).to(device)  # (H,)
+    slopes = alibi_slopes(num_heads).to(device) if slopes is None else slopes  # (H,): ``slopes`` shares a buffer
     return PositionTerm(scheme="alibi", convention="query_minus_key",
                         scalars=(ScalarSlopes(slopes, symmetric=symmetric, name="ALiBi slopes"),),
                         notes=dict(symmetric=symmetric))
 
 
-def example_term(num_heads: int, head_dim: int, k: int, *, device=None, dtype=torch.float32,
-                 generator=None) -> PositionTerm:
-    """ALiBi for ``num_heads`` heads (``k``, ``dtype`` unused: ALiBi has no table)."""
+def example(num_heads: int, head_dim: int, options, *, device=None, dtype=torch.float32, generator=None):
+    """ALiBi for ``num_heads`` heads (no table: the head size and dtype do not matter)."""
+    symmetric = bool(options.symmetric)
     if torch.device(device or "cpu").type == "meta":
         return PositionTerm(scheme="alibi", convention="query_minus_key",
-                            scalars=(ScalarSlopes(torch.empty(num_heads, device="meta"), name="ALiBi slopes"),))
-    return position_term(num_heads, device=device)
+                            scalars=(ScalarSlopes(torch.empty(num_heads, device="meta"), symmetric=symmetric,
+                                                  name="ALiBi slopes"),))
+    return position_term(num_heads, symmetric=symmetric, device=device)
 
 
-EXAMPLES = {"alibi": example_term}
-K_NAMES = {"alibi": None}
+@dataclass(frozen=True)
+class ALiBiOptions:
+    """``symmetric``: the bidirectional -m |i - j| (None follows the model: one-sided in a decoder)."""
+
+    symmetric: bool | None = None
+
+    def __post_init__(self):
+        check_choice("symmetric", self.symmetric, (None, False, True))
+
+
+class ALiBiPosition(PositionModule):
+    """No parameters: one buffer of fixed slopes (float32), the same in every layer."""
+
+    def __init__(self, shape, options: ALiBiOptions):
+        super().__init__(shape, options)
+        self.register_buffer("slopes", alibi_slopes(shape.num_heads), persistent=False)  # (H,)
+
+    def _apply(self, fn, *args, **kwargs):  # moved with the model, but kept in float32 whatever its dtype
+        super()._apply(fn, *args, **kwargs)
+        self.slopes = alibi_slopes(self.shape.num_heads).to(self.slopes.device)
+        return self
+
+    def term(self, layer, attention):
+        symmetric = (not self.shape.causal) if self.options.symmetric is None else self.options.symmetric
+        return position_term(self.shape.num_heads, symmetric=symmetric, slopes=self.slopes)
+
+
+SCHEME = Scheme(
+    name="alibi", color="#117733", display="ALiBi", paper="Press et al. 2022", cite="press2022alibi", chapter="06_rope_and_alibi",
+    convention="query_minus_key", formula=r"-m_h\,(i - j)", code="relpos_core.schemes.alibi.alibi_bias",
+    injects="scalar on the logit", summary="a fixed slope per head times the distance",
+    example=example, options=ALiBiOptions, module=ALiBiPosition, order=60,
+)

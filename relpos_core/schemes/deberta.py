@@ -35,8 +35,10 @@ Microsoft's release) that differ from a literal reading of the paper:
    (``build_rpos(key_layer, key_layer, ...)``, with ``position_buckets`` and
    ``max_relative_positions`` passed in swapped order) and gathers a (Lk, Lk) score, so
    adding it to the (Lq, Lk) content score fails when Lq != Lk (RuntimeError in 5.24).
-   We do not copy that: here every term uses the (Lq, Lk) offsets i - j with query i at
-   position i and key j at position j (pass ``relative_pos`` to place them otherwise).
+   We do not copy that: here every term uses the (Lq, Lk) offsets i - j with key j at
+   position j and the queries the last Lq keys, the library's one rule
+   (``relpos_core.positions``; pass ``relative_pos`` to place them otherwise). When
+   Lq == Lk, as in every released model, the two agree.
 """
 from __future__ import annotations
 
@@ -48,6 +50,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
+from relpos_core.budget import check_memory
+from relpos_core.offsets import relative_offsets
+from relpos_core.schemes.declaration import BenchmarkModule, Distance, PositionModule, Scheme, Variant
 from relpos_core.terms import KeyVectors, PositionTerm, QueryVectors, RowIndex, example_tensor
 
 __all__ = [
@@ -58,8 +63,9 @@ __all__ = [
     "deberta_c2p_p2c_tables",
     "deberta_c2p_p2c",
     "position_term",
-    "example_term",
-    "EXAMPLES",
+    "DeBERTaOptions",
+    "DeBERTaPosition",
+    "SCHEME",
     "DisentangledConfig",
     "RelativeEmbeddings",
     "DisentangledSelfAttention",
@@ -75,20 +81,23 @@ POS_ATT_TYPES = ("c2p", "p2c")
 
 
 def deberta_delta_index(
-    query_len: int, key_len: int | None = None, *, max_relative_positions: int, device: torch.device | str | None = None
+    query_len: int, key_len: int | None = None, *, max_relative_positions: int, query_offset: int | None = None,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """The paper's delta(i, j): row of the (2k, d) relative table used by pair (i, j).
 
     Sign convention ``query_minus_key``: delta(i, j) = 0 if i - j <= -k, 2k - 1 if
     i - j >= k, else i - j + k (k = ``max_relative_positions``). delta > k - 1 exactly
-    when the key is at or before the query; the centre row k is i == j.
+    when the key is at or before the query; the centre row k is i == j. The queries are
+    the last ``query_len`` keys unless ``query_offset`` places them.
     Returns a (query_len, key_len) int64 tensor with values in [0, 2k).
     """
     query_len = check_positive_int("query_len", query_len)
     key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
     k = check_positive_int("max_relative_positions", max_relative_positions)
-    rel = torch.arange(query_len, device=device)[:, None] - torch.arange(key_len, device=device)[None, :]  # (Lq, Lk)
-    return torch.clamp(rel, -k, k - 1) + k  # (Lq, Lk) in [0, 2k)
+    rel = relative_offsets(query_len, key_len, convention="query_minus_key", query_offset=query_offset,
+                           device=device)  # (Lq, Lk) i - j, budget-checked
+    return rel.clamp_(-k, k - 1).add_(k)  # (Lq, Lk) in [0, 2k)
 
 
 def _check_buckets(bucket_size, max_position) -> tuple[int, int]:
@@ -135,16 +144,23 @@ def build_relative_position(
     *,
     bucket_size: int = -1,
     max_position: int = -1,
+    query_offset: int | None = None,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Offsets i - j (``query_minus_key``), log-bucketed when bucket_size, max_position > 0.
 
-    Returns (query_len, key_len) int64 (HF returns the same values with a leading 1).
+    The queries are the last ``query_len`` keys unless ``query_offset`` places them (HF's
+    function puts them at 0 .. Lq - 1: pass ``query_offset=0`` for that; the two agree
+    when Lq == Lk). Returns (query_len, key_len) int64 (HF adds a leading 1).
     """
     query_len = check_positive_int("query_len", query_len)
     key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
     bucket_size, max_position = _check_buckets(bucket_size, max_position)
-    rel = torch.arange(query_len, device=device)[:, None] - torch.arange(key_len, device=device)[None, :]  # (Lq, Lk)
+    if bucket_size > 0:  # make_log_bucket_position's float32 steps: about 40 bytes per pair on top
+        check_memory(48 * query_len * key_len, what="build_relative_position", shape=(query_len, key_len),
+                     dtype=torch.int64)
+    rel = relative_offsets(query_len, key_len, convention="query_minus_key", query_offset=query_offset,
+                           device=device)  # (Lq, Lk) i - j
     if bucket_size > 0:
         rel = make_log_bucket_position(rel, bucket_size, max_position)  # (Lq, Lk)
     return rel
@@ -235,6 +251,8 @@ def deberta_c2p_p2c(
         raise ValueError(f"pos_key must have 2 * att_span = {2 * att_span} rows, got {c2p_table.shape[-1]}")
     B, H, Lq, _ = c2p_table.shape
     Lk = p2c_table.shape[2]
+    check_memory(Lq * Lk * (24 + 3 * B * H * q.element_size()), what="deberta_c2p_p2c", shape=(B, H, Lq, Lk),
+                 dtype=q.dtype, alternative="rp.attend with rp.schemes.deberta.position_term (backend 'flex')")
     rel = relative_pos.to(device=q.device, dtype=torch.long)  # (Lq, Lk)
     idx = torch.clamp(rel + att_span, 0, 2 * att_span - 1)  # (Lq, Lk)
     c2p = torch.gather(c2p_table, -1, idx.expand(B, H, Lq, Lk))  # (B, H, Lq, Lk)
@@ -245,11 +263,14 @@ def deberta_c2p_p2c(
 
 
 def position_term(pos_key: torch.Tensor | None = None, pos_query: torch.Tensor | None = None, *, att_span: int,
-                  position_buckets: int = -1, max_relative_positions: int = -1, p2c_index: str = "code") -> PositionTerm:
+                  position_buckets: int = -1, max_relative_positions: int = -1, p2c_index: str = "code",
+                  pos_layout: str = "hsd") -> PositionTerm:
     """DeBERTa's position term for ``rp.attend``: c2p (``q_i . K_r[row]``) and p2c (``k_j . Q_r[row]``).
 
-    pos_key = K_r and pos_query = Q_r: (H, 2S, d) projected relative tables, S = att_span
-    (either may be None: c2p only or p2c only). Convention ``query_minus_key``: the row is
+    pos_key = K_r and pos_query = Q_r: projected relative tables, S = att_span, heads first
+    (H, 2S, d) (``pos_layout="hsd"``, the default) or rows first (2S, H, d) as a projection
+    of the shared table gives them (``pos_layout="shd"``); either may be None (c2p only or
+    p2c only). Convention ``query_minus_key``: the row is
     clamp(r + S, 0, 2S - 1) with r = i - j, log-bucketed when position_buckets > 0 (with
     ``max_relative_positions``, as DeBERTa-v2). p2c reads the same row as c2p
     (``p2c_index="code"``, the released checkpoints) or delta(j, i) (``"paper"``). Scale
@@ -257,6 +278,10 @@ def position_term(pos_key: torch.Tensor | None = None, pos_query: torch.Tensor |
     """
     S = check_positive_int("att_span", att_span)
     check_choice("p2c_index", p2c_index, ("code", "paper"))
+    check_choice("pos_layout", pos_layout, ("hsd", "shd"))
+    if pos_layout == "shd":
+        pos_key = None if pos_key is None else check_tensor("pos_key", pos_key, ndim=3).transpose(0, 1)
+        pos_query = None if pos_query is None else check_tensor("pos_query", pos_query, ndim=3).transpose(0, 1)
     buckets = check_int("position_buckets", position_buckets) > 0
     if buckets:
         _check_buckets(position_buckets, max_relative_positions)
@@ -282,8 +307,10 @@ def position_term(pos_key: torch.Tensor | None = None, pos_query: torch.Tensor |
         return bucketed(off).add_(S).clamp_(0, 2 * S - 1)
 
     what = f"clamp({'bucket(i - j)' if buckets else 'i - j'} + {S}, 0, {2 * S - 1})"
-    c2p = RowIndex(2 * S, c2p_rows, what)
-    p2c = c2p if p2c_index == "code" else RowIndex(2 * S, paper_p2c_rows, what.replace("i - j", "j - i"))
+    work = (lambda n: 48 * n) if buckets else (lambda n: 0)  # make_log_bucket_position's float32 steps
+    c2p = RowIndex(2 * S, c2p_rows, what, work_bytes=work)
+    p2c = c2p if p2c_index == "code" else RowIndex(2 * S, paper_p2c_rows, what.replace("i - j", "j - i"),
+                                                   work_bytes=work)
     n_terms = (pos_key is not None) + (pos_query is not None)
     return PositionTerm(
         scheme="deberta", convention="query_minus_key", scale=1.0 / math.sqrt(d * (1 + n_terms)),
@@ -292,17 +319,15 @@ def position_term(pos_key: torch.Tensor | None = None, pos_query: torch.Tensor |
         notes=dict(att_span=S, position_buckets=position_buckets, p2c_index=p2c_index))
 
 
-def example_term(num_heads: int, head_dim: int, k: int, *, device=None, dtype=torch.float32,
-                 generator=None) -> PositionTerm:
-    """Random c2p + p2c tables (H, 2k, head_dim), no buckets (att_span = k)."""
+def example(num_heads: int, head_dim: int, options, *, device=None, dtype=torch.float32, generator=None):
+    """Random c2p + p2c tables (H, 2S, head_dim) with the options' span and buckets."""
+    S = options.att_span
+
     def table():
-        return example_tensor(num_heads, 2 * k, head_dim, device=device, dtype=dtype, generator=generator, scale=0.3)
+        return example_tensor(num_heads, 2 * S, head_dim, device=device, dtype=dtype, generator=generator, scale=0.3)
 
-    return position_term(table(), table(), att_span=k)
-
-
-EXAMPLES = {"deberta": example_term}
-K_NAMES = {"deberta": "att_span"}
+    return position_term(table(), table(), att_span=S, position_buckets=options.position_buckets,
+                         max_relative_positions=options.max_relative_positions, p2c_index=options.p2c_index)
 
 
 # ----------------------------------------------------------------------------- modules
@@ -552,3 +577,129 @@ class EnhancedMaskDecoder(nn.Module):
                 hidden_states, attention_mask, rel_embeddings, query_states=query, relative_pos=relative_pos
             )  # (B, L, D)
         return query
+
+
+# ----------------------------------------------------------------------------- in a model
+
+
+@dataclass(frozen=True)
+class DeBERTaOptions:
+    """``att_span`` S (the shared table has 2S rows: offsets clipped to [-S, S - 1]); ``position_buckets``
+    and ``max_relative_positions`` > 0: DeBERTa-v2's log buckets; ``p2c_index``: "code" (the released
+    checkpoints) or "paper"; ``emd``: the Enhanced Mask Decoder (absolute positions added to the query
+    input of the last layer, re-run twice on the second-to-last layer's output, as the paper has it)."""
+
+    att_span: int = 16
+    position_buckets: int = -1
+    max_relative_positions: int = -1
+    p2c_index: str = "code"
+    emd: bool = False
+
+    def __post_init__(self):
+        check_positive_int("att_span", self.att_span)
+        check_choice("p2c_index", self.p2c_index, ("code", "paper"))
+        check_choice("emd", self.emd, (False, True))
+        if check_int("position_buckets", self.position_buckets) > 0:
+            _check_buckets(self.position_buckets, self.max_relative_positions)
+            if self.position_buckets != self.att_span:
+                raise ValueError(f"att_span must equal position_buckets ({self.position_buckets}) when log buckets "
+                                 f"are on (the table has 2 x position_buckets rows), got {self.att_span}")
+
+
+class DeBERTaPosition(PositionModule):
+    """One relative table (2S, d_model) with its LayerNorm, shared by every layer; each layer projects it
+    with its own key and query projections (``share_att_key``, DeBERTa-v2). With ``emd``, a learned
+    absolute table (max_positions, d_model) for the Enhanced Mask Decoder."""
+
+    def __init__(self, shape, options: DeBERTaOptions):
+        super().__init__(shape, options)
+        self.rel_embeddings = nn.Parameter(torch.zeros(2 * options.att_span, shape.d_model))  # (2S, D)
+        self.norm = nn.LayerNorm(shape.d_model)
+        if options.emd:
+            self.absolute = nn.Parameter(torch.zeros(shape.max_positions, shape.d_model))  # (N, D)
+
+    def _heads(self, x):  # (2S, H d) -> (H, 2S, d)
+        return x.view(x.shape[0], self.shape.num_heads, self.shape.head_dim).transpose(0, 1)
+
+    def term(self, layer, attention):
+        o = self.options
+        rel = self.norm(self.rel_embeddings)  # (2S, D)
+        return position_term(self._heads(attention.wk(rel)), self._heads(attention.wq(rel)), att_span=o.att_span,
+                             position_buckets=o.position_buckets, max_relative_positions=o.max_relative_positions,
+                             p2c_index=o.p2c_index)
+
+    def run_blocks(self, blocks, h, run):
+        if not self.options.emd:
+            return super().run_blocks(blocks, h, run)
+        for block in blocks[:-1]:
+            h = run(block, h)  # H: the second-to-last layer's output (keys and values of the EMD)
+        L = h.shape[1]
+        query = h + self.absolute[:L].to(h.dtype)  # I_0 = H + P
+        for _ in range(2):  # the paper's two applications of the (shared) last layer
+            query = run(blocks[-1], h, query=query)
+        return query
+
+    @torch.no_grad()
+    def init_parameters(self, generator):
+        self.rel_embeddings.copy_(torch.randn(self.rel_embeddings.shape, generator=generator) * 0.02)
+        self.norm.reset_parameters()
+        if self.options.emd:
+            self.absolute.copy_(torch.randn(self.absolute.shape, generator=generator) * 0.02)
+
+
+def benchmark_module(num_heads: int, head_dim: int, att_span: int, *, device=None, dtype=torch.float32,
+                     generator=None) -> BenchmarkModule:
+    """One Hugging Face ``DebertaV2Layer`` (eager, log buckets with S = ``att_span``, random weights from a
+    seeded fork of the RNG) and what its attention needs to run on ``rp.attend``."""
+    from transformers import DebertaV2Config
+    from transformers.models.deberta_v2.modeling_deberta_v2 import DebertaV2Layer
+
+    H, d, S = num_heads, head_dim, int(att_span)
+    cfg = DebertaV2Config(hidden_size=H * d, num_attention_heads=H, intermediate_size=4 * H * d,
+                          relative_attention=True, position_buckets=S, max_relative_positions=2 * S,
+                          pos_att_type=["c2p", "p2c"], share_att_key=True, hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0)
+    cfg._attn_implementation = "eager"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        module = DebertaV2Layer(cfg).to(device=device, dtype=dtype).eval()
+    sa = module.attention.self
+    S = sa.pos_ebd_size
+    g = generator if generator is not None else torch.Generator().manual_seed(0)
+    rel = torch.randn(2 * S, H * d, generator=g).to(device=device, dtype=dtype)  # the shared relative table
+
+    def heads(x):  # (B, L, H d) -> (B, H, L, d)
+        return x.view(x.shape[0], x.shape[1], H, d).transpose(1, 2)
+
+    def hf(hidden):
+        mask = torch.ones(hidden.shape[0], 1, 1, hidden.shape[1], dtype=torch.bool, device=hidden.device)
+        return module(hidden, mask, rel_embeddings=rel)[0]  # (B, L, H d)
+
+    def prepare(hidden):
+        q, k, v = (heads(p(hidden)) for p in (sa.query_proj, sa.key_proj, sa.value_proj))  # (B, H, L, d)
+        pos_key, pos_query = heads(sa.key_proj(rel)[None])[0], heads(sa.query_proj(rel)[None])[0]  # (H, 2S, d)
+        term = position_term(pos_key, pos_query, att_span=S, position_buckets=sa.position_buckets,
+                             max_relative_positions=sa.max_relative_positions)
+        return q, k, v, term
+
+    def finish(ctx, hidden):  # ctx (B, H, L, d) -> (B, L, H d)
+        ctx = ctx.transpose(1, 2).reshape(hidden.shape[0], hidden.shape[1], -1)
+        attention_output = module.attention.output(ctx, hidden)  # (B, L, H d)
+        return module.output(module.intermediate(attention_output), attention_output)
+
+    return BenchmarkModule("Hugging Face DebertaV2Layer (eager, one layer)", hf=hf, prepare=prepare, finish=finish)
+
+
+SCHEME = Scheme(
+    name="deberta", color="#ee3377", display="DeBERTa", paper="He et al. 2021", cite="he2021deberta", chapter="05_deberta",
+    convention="query_minus_key", formula=r"\delta(i, j) = \operatorname{clip}(i - j, -k, k - 1) + k",
+    code="relpos_core.schemes.deberta.deberta_delta_index", injects="vector on the logit",
+    summary="content-to-position and position-to-content terms from one shared table",
+    distance=Distance("att_span", "offsets beyond the span share the end rows", small=4, medium=64, large=256),
+    not_decoded=("an encoder: pre-trained bidirectionally by masked language modelling, every token attending "
+                 "to keys on both sides; the paper has no causal form to decode with"),
+    example=example, options=DeBERTaOptions, module=DeBERTaPosition, order=50, benchmark_module=benchmark_module,
+    variants=(Variant("deberta_emd", "DeBERTa + EMD", dict(emd=True),
+                      "DeBERTa with the Enhanced Mask Decoder's absolute positions at the output", model_only=True,
+                      short="DeBERTa+EMD", color="#b8255f"),),
+)

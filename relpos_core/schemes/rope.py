@@ -17,23 +17,29 @@ Two layouts pair the head dimensions differently (same maths, different order):
   with 2k + 1. Hugging Face's LLaMA is rotate-half: its conversion script permutes the
   rows of W_q and W_k so that the scores stay the same.
 
-Pair k turns at frequency ``theta_k = base^(-2k/d)``. Angles are computed in float32 as
-Llama does (float64 when asked for float64), then cast to the input's dtype.
+Pair k turns at frequency ``theta_k = base^(-2k/d)``. The rotation itself is kernel
+maths shared with xPos and the context-extension scalings: ``relpos_core.kernels.rotary``
+(``apply_rope``, ``rope_cos_sin`` and ``rotate_half`` are re-exported here).
+
+Past the training length (chapter 6b, chapters/06b_rope_context_extension.ipynb): the
+``scaling`` option takes a dict shaped like Hugging Face's ``rope_scaling``
+(``{"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 2048}``; types
+``linear``, ``ntk``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``) or a scaling object of
+``relpos_core.kernels.rope_scaling``; every RoPE path, the model and its KV cache use it.
 """
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass
 
-import torch
-
-from relpos_core._validate import check_choice, check_positive_int, check_tensor
+from relpos_core._validate import check_choice, check_int
+from relpos_core.kernels import rope_scaling
+from relpos_core.kernels.rotary import PAIRINGS, apply_rope, rope_cos_sin, rotate_half
+from relpos_core.schemes.declaration import PositionModule, Scheme
 from relpos_core.terms import PositionTerm, Rotary
 
-__all__ = ["rope_cos_sin", "rotate_half", "apply_rope", "position_term", "example_term", "EXAMPLES", "PAIRINGS"]
-
-PAIRINGS = ("rotate_half", "interleaved")
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64)
+__all__ = ["rope_cos_sin", "rotate_half", "apply_rope", "position_term", "RoPEOptions", "RoPEPosition", "SCHEME",
+           "PAIRINGS"]
 
 
 def _check_base(base) -> float:
@@ -42,97 +48,73 @@ def _check_base(base) -> float:
     return float(base)
 
 
-def _check_head_dim(head_dim) -> int:
-    head_dim = check_positive_int("head_dim", head_dim)
-    if head_dim % 2:
-        raise ValueError(f"head_dim must be even (dimensions are rotated in pairs), got {head_dim}")
-    return head_dim
-
-
-def rope_cos_sin(
-    positions: torch.Tensor,
-    head_dim: int,
-    *,
-    base: float = 10000.0,
-    dtype: torch.dtype = torch.float32,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the angles ``position * theta_k``, each (L, head_dim) (or (B, L, head_dim)
-    for (B, L) positions) in rotate-half layout: columns k and k + d/2 hold pair k.
-
-    Convention ``key_minus_query``: a query at i and key at j end up with relative angle
-    ``(j - i) theta_k``.
-    """
-    check_tensor("positions", positions, ndim=(1, 2), dtype=INT_DTYPES)
-    head_dim = _check_head_dim(head_dim)
-    base = _check_base(base)
-    check_choice("dtype", dtype, FLOAT_DTYPES)
-    work = torch.float64 if dtype == torch.float64 else torch.float32
-    exponent = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).to(work) / head_dim
-    inv_freq = 1.0 / (base ** exponent)  # (d/2,) theta_k
-    freqs = positions[..., None].to(work) * inv_freq  # (L, d/2) angle of pair k
-    emb = torch.cat((freqs, freqs), dim=-1)  # (L, d) rotate-half layout
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """(x1, x2) -> (-x2, x1) on the two halves of the last dimension (no positions involved)."""
-    x1, x2 = x.chunk(2, dim=-1)  # (..., d/2) each
-    return torch.cat((-x2, x1), dim=-1)  # (..., d)
-
-
-def apply_rope(
-    x: torch.Tensor,
-    positions: torch.Tensor | None = None,
-    *,
-    base: float = 10000.0,
-    pairing: str = "rotate_half",
-) -> torch.Tensor:
-    """Rotate every pair of x (B, H, L, d) by ``position * theta_k``; returns (B, H, L, d).
-
-    ``positions``: (L,) or (B, L) integers, default ``arange(L)``. Apply to queries and keys
-    alike: their dot product then depends on ``j - i`` only (``key_minus_query``).
-    """
-    check_tensor("x", x, ndim=4, floating=True)
-    check_choice("pairing", pairing, PAIRINGS)
-    base = _check_base(base)
-    B, H, L, d = x.shape
-    if d % 2:
-        raise ValueError(f"x must have an even head_dim (last dimension), got shape {tuple(x.shape)}")
-    if positions is None:
-        positions = torch.arange(L, device=x.device)  # (L,)
-    else:
-        check_tensor("positions", positions, ndim=(1, 2), dtype=INT_DTYPES, shape={-1: L})
-        if positions.dim() == 2 and positions.shape[0] not in (1, B):
-            raise ValueError(f"positions of shape (B, L) must have B = 1 or {B}, got {tuple(positions.shape)}")
-    work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    cos, sin = rope_cos_sin(positions, d, base=base, dtype=work)  # (L, d) or (B, L, d)
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    if positions.dim() == 2:
-        cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, d)
-    if pairing == "rotate_half":
-        return x * cos + rotate_half(x) * sin  # (B, H, L, d)
-    c, s = cos[..., : d // 2], sin[..., : d // 2]  # (L, d/2): angle of pair k
-    x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (B, H, L, d/2) pair k = (2k, 2k+1)
-    out = torch.stack((x_even * c - x_odd * s, x_even * s + x_odd * c), dim=-1)  # (B, H, L, d/2, 2)
-    return out.flatten(-2)  # (B, H, L, d)
-
-
-def position_term(*, base: float = 10000.0, pairing: str = "rotate_half") -> PositionTerm:
+def position_term(*, base: float = 10000.0, pairing: str = "rotate_half", rotary_dim: int | None = None,
+                  scaling=None) -> PositionTerm:
     """RoPE's position term for ``rp.attend``: q and k rotated by their positions, nothing added.
 
     Convention ``key_minus_query``. Every backend rotates q by the call's query positions
     and k by its key positions (``relpos_core.positions``), then runs unchanged: RoPE
-    needs no form (naive, gather, skew) and keeps the fused kernels.
+    needs no form (naive, gather, skew) and keeps the fused kernels. ``rotary_dim``:
+    rotate the first r dimensions only (partial rotary); ``scaling``: a context-extension
+    method (position interpolation, NTK, YaRN, ...) as a dict like Hugging Face's
+    ``rope_scaling`` or a ``relpos_core.kernels.rope_scaling`` object, or None.
     """
-    return PositionTerm(scheme="rope", convention="key_minus_query",
-                        rotary=Rotary(base=_check_base(base), pairing=check_choice("pairing", pairing, PAIRINGS)))
+    rotary = Rotary(base=_check_base(base), pairing=check_choice("pairing", pairing, PAIRINGS),
+                    rotary_dim=rotary_dim, scaling=rope_scaling.from_config(scaling))
+    return PositionTerm(scheme="rope", convention="key_minus_query", rotary=rotary)
 
 
-def example_term(num_heads: int, head_dim: int, k: int, *, device=None, dtype=torch.float32,
-                 generator=None) -> PositionTerm:
-    """RoPE with the default base (no table: the arguments only fix the shapes it is used with)."""
-    return position_term()
+def example(num_heads: int, head_dim: int, options, *, device=None, dtype=None, generator=None) -> PositionTerm:
+    """RoPE with the options' base, pairing and scaling (no table: the arguments only fix the shapes)."""
+    return position_term(base=options.base, pairing=options.pairing, rotary_dim=options.rotary_dim,
+                         scaling=options.scaling)
 
 
-EXAMPLES = {"rope": example_term}
-K_NAMES = {"rope": None}
+@dataclass(frozen=True)
+class RoPEOptions:
+    """``base`` (theta_k = base^(-2k / r)), ``pairing`` ("rotate_half" or "interleaved"),
+    ``rotary_dim`` (None: the whole head; fewer: partial rotary, as GPT-NeoX's ``rotary_pct``)
+    and ``scaling`` (None, or a context extension: a dict like Hugging Face's
+    ``rope_scaling``, kept as the checked ``relpos_core.kernels.rope_scaling`` object)."""
+
+    base: float = 10000.0
+    pairing: str = "rotate_half"
+    rotary_dim: int | None = None
+    scaling: object | None = None
+
+    def __post_init__(self):
+        _check_base(self.base)
+        check_choice("pairing", self.pairing, PAIRINGS)
+        if self.rotary_dim is not None:
+            check_int("rotary_dim", self.rotary_dim, min_value=2)
+        object.__setattr__(self, "scaling", rope_scaling.from_config(self.scaling))
+
+
+class RoPEPosition(PositionModule):
+    """No parameters: every layer rotates its q and k the same way."""
+
+    def __init__(self, shape, options: RoPEOptions):
+        super().__init__(shape, options)
+        if shape.head_dim % 2:
+            raise ValueError(f"head_dim must be even for rope (pairs are rotated), got {shape.head_dim}")
+        if options.rotary_dim is not None and (options.rotary_dim > shape.head_dim or options.rotary_dim % 2):
+            raise ValueError(f"rotary_dim must be an even number <= head_dim = {shape.head_dim}, "
+                             f"got {options.rotary_dim}")
+        if options.scaling is not None:  # a scaling that cannot serve these sizes fails here, not mid-run
+            r = shape.head_dim if options.rotary_dim is None else options.rotary_dim
+            for seq_len in (None, 2**30) if options.scaling.dynamic else (None,):  # both ends of a dynamic one
+                options.scaling.inverse_frequencies(r, options.base, seq_len=seq_len)
+
+    def term(self, layer, attention):
+        o = self.options
+        return position_term(base=o.base, pairing=o.pairing, rotary_dim=o.rotary_dim, scaling=o.scaling)
+
+
+SCHEME = Scheme(
+    name="rope", color="#0072b2", display="RoPE", paper="Su et al. 2021", cite="su2021roformer", chapter="06_rope_and_alibi",
+    convention="key_minus_query", formula=r"q_i^\top R\big((j - i)\,\theta\big)\, k_j",
+    code="relpos_core.schemes.rope.apply_rope", injects="rotation of q and k",
+    summary="q and k rotated by their positions; no bias, fused kernels unchanged",
+    caches="keys rotated at write time, or unrotated keys rotated at read time",
+    example=example, options=RoPEOptions, module=RoPEPosition, order=70,
+)

@@ -26,7 +26,9 @@ import torch
 import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
+from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
+from relpos_core.schemes.declaration import Distance, PositionModule, Scheme, Variant
 from relpos_core.terms import PositionTerm, QueryVectors, ValueVectors, clipped_rows, example_tensor
 
 __all__ = [
@@ -36,8 +38,9 @@ __all__ = [
     "shaw_relative_index",
     "shaw_relative_logits",
     "position_term",
-    "example_term",
-    "EXAMPLES",
+    "ShawOptions",
+    "ShawPosition",
+    "SCHEME",
 ]
 
 
@@ -46,20 +49,18 @@ def shaw_relative_index(
     key_len: int | None = None,
     *,
     max_relative_position: int,
-    query_offset: int = 0,
+    query_offset: int | None = None,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Table row for every (query, key) pair: clip(j - i, -k, k) + k, in [0, 2k].
 
-    Sign convention: ``key_minus_query`` (j - i). Query i sits at absolute position
-    ``query_offset + i``, key j at position j (``query_offset = key_len - query_len``
-    puts the queries at the end of the keys, as in a decoder step with a KV cache).
-    Returns a (query_len, key_len) int64 tensor.
+    Sign convention: ``key_minus_query`` (j - i). Key j sits at position j and the queries
+    are the last ``query_len`` keys (``relpos_core.positions``), unless ``query_offset``
+    puts query i at ``query_offset + i``. Returns a (query_len, key_len) int64 tensor.
     """
     query_len = check_positive_int("query_len", query_len)
     key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
     k = check_positive_int("max_relative_position", max_relative_position)
-    query_offset = check_int("query_offset", query_offset)
     rel = relative_offsets(query_len, key_len, convention="key_minus_query",
                            query_offset=query_offset, device=device)  # (Lq, Lk), j - i
     return rel.clamp_(-k, k).add_(k)  # (Lq, Lk) in [0, 2k], in place: one int64 [Lq, Lk] tensor
@@ -82,20 +83,24 @@ def shaw_relative_logits(
     *,
     max_relative_position: int,
     key_len: int | None = None,
-    query_offset: int = 0,
+    query_offset: int | None = None,
 ) -> torch.Tensor:
     """The unscaled position term q_i . rel_key[clip(j - i, -k, k) + k].
 
     Sign convention: ``key_minus_query`` (j - i). ``q`` is (..., Lq, d), ``rel_key`` is
-    (2k + 1, d); returns (..., Lq, Lk) with Lk = ``key_len`` (default Lq). Written as
-    the paper's sum over d with the table gathered to (Lq, Lk, d).
+    (2k + 1, d); returns (..., Lq, Lk) with Lk = ``key_len`` (default Lq), the queries the
+    last Lq keys unless ``query_offset`` places them. Written as the paper's sum over d
+    with the table gathered to (Lq, Lk, d), so it is guarded against the memory budget.
     """
     check_tensor("q", q, ndim=tuple(range(2, 9)), floating=True)
     k = check_positive_int("max_relative_position", max_relative_position)
     Lq, d = q.shape[-2], q.shape[-1]
     key_len = Lq if key_len is None else check_positive_int("key_len", key_len)
-    query_offset = check_int("query_offset", query_offset)
     _check_table("rel_key", rel_key, k, d, q.dtype)
+    lead = math.prod(q.shape[:-2])
+    check_memory(Lq * key_len * (8 + d * q.element_size() + lead * q.element_size()), what="shaw_relative_logits",
+                 shape=(Lq, key_len, d), dtype=q.dtype,
+                 alternative="rp.attend with rp.schemes.shaw.position_term and form='gather' (no [Lq, Lk, d] tensor)")
     idx = shaw_relative_index(Lq, key_len, max_relative_position=k,
                               query_offset=query_offset, device=q.device)  # (Lq, Lk)
     a_k = rel_key[idx]  # (Lq, Lk, d)
@@ -111,7 +116,7 @@ def shaw_attention(
     rel_value: torch.Tensor | None = None,
     max_relative_position: int,
     causal: bool = False,
-    query_offset: int = 0,
+    query_offset: int | None = None,
 ) -> torch.Tensor:
     """Shaw relative attention, the paper's equations (reference form).
 
@@ -120,8 +125,10 @@ def shaw_attention(
 
     q: (B, H, Lq, d); k, v: (B, H, Lk, d); rel_key, rel_value: (2k + 1, d) shared by all
     heads, either may be None (key term only, value term only, both, or neither).
-    Query i sits at position ``query_offset + i``; with ``causal=True`` key j is masked
-    when j > query_offset + i (so ``query_offset`` must be >= 0). Returns (B, H, Lq, d).
+    The queries are the last Lq keys unless ``query_offset`` puts query i at
+    ``query_offset + i``; with ``causal=True`` key j is masked when it comes after the
+    query. Returns (B, H, Lq, d). Every (Lq, Lk) and (Lq, Lk, d) tensor it builds is
+    counted against the memory budget first.
     """
     check_tensor("q", q, ndim=4, floating=True)
     B, H, Lq, d = q.shape
@@ -130,11 +137,17 @@ def shaw_attention(
     check_tensor("v", v, ndim=4, floating=True, dtype=q.dtype, shape={0: B, 1: H, 2: Lk, 3: d})
     kmax = check_positive_int("max_relative_position", max_relative_position)
     check_choice("causal", causal, (False, True))
-    query_offset = check_int("query_offset", query_offset, min_value=0 if causal else None)
+    if query_offset is not None:
+        query_offset = check_int("query_offset", query_offset)
     if rel_key is not None:
         _check_table("rel_key", rel_key, kmax, d, q.dtype)
     if rel_value is not None:
         _check_table("rel_value", rel_value, kmax, d, q.dtype)
+    es, P = q.element_size(), Lq * Lk
+    tables = (rel_key is not None) + (rel_value is not None)
+    check_memory(P * (8 + 8 * causal) + tables * P * d * es + 3 * B * H * P * es, what="shaw_attention",
+                 shape=(Lq, Lk, d), dtype=q.dtype,
+                 alternative="rp.attend with rp.schemes.shaw.position_term and form='gather'")
 
     idx = shaw_relative_index(Lq, Lk, max_relative_position=kmax,
                               query_offset=query_offset, device=q.device)  # (Lq, Lk)
@@ -147,6 +160,8 @@ def shaw_attention(
         rel = relative_offsets(Lq, Lk, query_offset=query_offset, device=q.device)  # (Lq, Lk), j - i
         logits = logits.masked_fill(rel > 0, float("-inf"))  # future keys out
     probs = torch.softmax(logits, dim=-1)  # (B, H, Lq, Lk)
+    if causal:  # a query before every key sees none: weight 0, output 0 (not NaN), as rp.attend
+        probs = probs.masked_fill(torch.isneginf(logits).all(-1, keepdim=True), 0.0)
     out = probs @ v  # (B, H, Lq, d)
     if rel_value is not None:
         a_v = rel_value[idx]  # (Lq, Lk, d)
@@ -177,17 +192,14 @@ def position_term(*, rel_key: torch.Tensor | None = None, rel_value: torch.Tenso
                         query_vectors=key, value=value, notes=dict(max_relative_position=k))
 
 
-def example_term(num_heads: int, head_dim: int, k: int, *, device=None, dtype=torch.float32, generator=None,
-                 use_value: bool = True) -> PositionTerm:
-    """Random Shaw tables (2k + 1, head_dim), key term and (``use_value``) value term."""
+def example(num_heads: int, head_dim: int, options, *, device=None, dtype=torch.float32, generator=None):
+    """Random Shaw tables (2k + 1, head_dim): the key term and, with ``options.value``, the value term."""
+    k = options.max_relative_position
+
     def table():
         return example_tensor(2 * k + 1, head_dim, device=device, dtype=dtype, generator=generator, scale=0.3)
 
-    return position_term(rel_key=table(), rel_value=table() if use_value else None, max_relative_position=k)
-
-
-EXAMPLES = {"shaw": example_term, "shaw_key": lambda *a, **kw: example_term(*a, use_value=False, **kw)}
-K_NAMES = {"shaw": "max_relative_position", "shaw_key": "max_relative_position"}
+    return position_term(rel_key=table(), rel_value=table() if options.value else None, max_relative_position=k)
 
 
 @dataclass
@@ -244,3 +256,60 @@ class ShawSelfAttention(nn.Module):
                            causal=self.config.causal)  # (B, H, L, hd)
         y = y.transpose(1, 2).reshape(B, L, H * hd)  # (B, L, d_model)
         return self.o_proj(y)  # (B, L, d_model)
+
+
+# ----------------------------------------------------------------------------- in a model
+
+
+@dataclass(frozen=True)
+class ShawOptions:
+    """``max_relative_position`` k (offsets beyond it share the end rows), ``value`` (the a^V table too),
+    ``init``: "random" (N(0, 0.02)) or "sinusoidal" (the sinusoid of positions 0 .. 2k, same row norm)."""
+
+    max_relative_position: int = 8
+    value: bool = True
+    init: str = "random"
+
+    def __post_init__(self):
+        check_positive_int("max_relative_position", self.max_relative_position)
+        check_choice("value", self.value, (False, True))
+        check_choice("init", self.init, ("random", "sinusoidal"))
+
+
+class ShawPosition(PositionModule):
+    """Per layer, a^K (and a^V) tables (2k + 1, d_head) shared by the layer's heads, as in the paper."""
+
+    def __init__(self, shape, options: ShawOptions):
+        super().__init__(shape, options)
+        rows = 2 * options.max_relative_position + 1
+        self.rel_key = nn.ParameterList(nn.Parameter(torch.zeros(rows, shape.head_dim))
+                                        for _ in range(shape.num_layers))
+        self.rel_value = nn.ParameterList(nn.Parameter(torch.zeros(rows, shape.head_dim))
+                                          for _ in range(shape.num_layers) if options.value)
+
+    def term(self, layer, attention):
+        return position_term(rel_key=self.rel_key[layer], rel_value=self.rel_value[layer] if self.options.value
+                             else None, max_relative_position=self.options.max_relative_position)
+
+    @torch.no_grad()
+    def init_parameters(self, generator):
+        if self.options.init == "random":
+            return super().init_parameters(generator)
+        from relpos_core.schemes.absolute import sinusoidal_position_embeddings
+
+        rows, d = 2 * self.options.max_relative_position + 1, self.shape.head_dim
+        table = sinusoidal_position_embeddings(rows, d) * (0.02 * math.sqrt(2.0))  # row norm 0.02 sqrt(d)
+        for p in list(self.rel_key) + list(self.rel_value):
+            p.copy_(table)
+
+
+SCHEME = Scheme(
+    name="shaw", color="#d55e00", short="Shaw", display="Shaw (key + value)", paper="Shaw et al. 2018", cite="shaw2018self",
+    chapter="02_shaw_and_skew", convention="key_minus_query",
+    formula=r"a^K[\operatorname{clip}(j - i, -k, k) + k]", code="relpos_core.schemes.shaw.shaw_relative_index",
+    injects="vector on the logit", summary="learned vectors per clipped offset, on keys and values",
+    distance=Distance("max_relative_position", "offsets beyond k share the end rows", small=4, medium=16, large=64),
+    example=example, options=ShawOptions, module=ShawPosition, order=20,
+    variants=(Variant("shaw_key", "Shaw (key only)", dict(value=False),
+                      "learned vectors per clipped offset, on the keys only", short="Shaw key", color="#e8875a"),),
+)

@@ -33,16 +33,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
-from relpos_core.measure.guard import check_memory
+from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
+from relpos_core.schemes.declaration import BenchmarkModule, Distance, PositionModule, Scheme
 from relpos_core.terms import PositionTerm, RowIndex, ScalarTable, example_tensor
 
 __all__ = [
     "t5_relative_bucket",
     "position_term",
-    "example_term",
-    "EXAMPLES",
+    "bucket_work_bytes",
     "t5_bias_from_table",
+    "T5Options",
+    "T5Position",
+    "SCHEME",
     "T5Config",
     "T5RelativeBias",
     "T5Attention",
@@ -105,6 +108,17 @@ def t5_relative_bucket(
     return out if bucket is None else out.add_(bucket)
 
 
+def bucket_work_bytes(n: int, bidirectional: bool) -> int:
+    """Most bytes ``t5_relative_bucket`` holds at once on n offsets, beyond its int64 input.
+
+    The upper-half offset (bidirectional), the distance, the clamped copy and its float32
+    copy, then the truncated buckets and the scaled logs, then ``where``'s mask and result:
+    the steps of ``t5_relative_bucket`` below, counted for the memory ledger.
+    """
+    bucket = 8 * n if bidirectional else 0
+    return bucket + 8 * n + max(8 * n + 4 * n, 4 * n + 8 * n, 8 * n + n + 8 * n)
+
+
 def t5_bias_from_table(
     table: torch.Tensor,
     query_len: int,
@@ -112,17 +126,17 @@ def t5_bias_from_table(
     *,
     bidirectional: bool = True,
     max_distance: int = 128,
-    query_offset: int = 0,
+    query_offset: int | None = None,
     num_heads: int | None = None,
     key_positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The dense (H, Lq, Lk) T5 bias from a (num_buckets, H) table (HF's ``relative_attention_bias.weight``).
 
-    Convention ``key_minus_query``: entry (h, i, j) is ``table[bucket(j - i), h]``. Query i
-    sits at position ``query_offset + i`` (a decoder step with a KV cache of
-    ``query_offset`` tokens), key j at position j, or at ``key_positions[j]`` when given
-    (the keys a KV cache kept after evicting others). ``num_heads``, if given, must match
-    the table's second dimension.
+    Convention ``key_minus_query``: entry (h, i, j) is ``table[bucket(j - i), h]``. Key j
+    sits at position j, or at ``key_positions[j]`` when given (the keys a KV cache kept
+    after evicting others), and the queries are the last ``query_len`` keys (a decoder
+    step attends to its whole cache), unless ``query_offset`` puts query i at
+    ``query_offset + i``. ``num_heads``, if given, must match the table's second dimension.
     """
     check_tensor("table", table, ndim=2, floating=True)
     if num_heads is not None:
@@ -135,7 +149,6 @@ def t5_bias_from_table(
     query_len = check_positive_int("query_len", query_len)
     if key_positions is None:
         key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
-    query_offset = check_int("query_offset", query_offset)
     n_keys = key_len if key_positions is None else key_positions.numel()
     check_memory(table.element_size() * table.shape[1] * query_len * n_keys + 41 * query_len * n_keys,
                  what="t5_bias_from_table", shape=(table.shape[1], query_len, n_keys), dtype=table.dtype,
@@ -166,22 +179,22 @@ def position_term(table: torch.Tensor, *, bidirectional: bool = True, max_distan
 
     ids = RowIndex(num_buckets, bucket_of_offsets,
                    f"T5 bucket(j - i), {'bidirectional' if bidirectional else 'causal'}, {num_buckets} buckets, "
-                   f"max_distance {max_distance}")
+                   f"max_distance {max_distance}", work_bytes=lambda n: bucket_work_bytes(n, bidirectional))
     return PositionTerm(scheme="t5", convention="key_minus_query", scale=1.0,
                         scalars=(ScalarTable(table.transpose(0, 1), ids, name="T5 bias table"),),
                         notes=dict(bidirectional=bidirectional, max_distance=max_distance))
 
 
-def example_term(num_heads: int, head_dim: int, k: int, *, device=None, dtype=torch.float32,
-                 generator=None) -> PositionTerm:
-    """A random bidirectional T5 term with 32 buckets and ``max_distance = k`` (registry, benchmark)."""
-    num_buckets = 32 if k > 8 else 8
+def example(num_heads: int, head_dim: int, options, *, device=None, dtype=torch.float32, generator=None):
+    """A random T5 term (bidirectional unless the options say causal) with the options' buckets.
+
+    With ``max_distance`` <= 8 the example uses 8 buckets (32 need max_distance > 8 bidirectionally).
+    """
+    num_buckets = options.num_buckets if options.max_distance > 8 else 8
+    bidirectional = True if options.bidirectional is None else options.bidirectional
+    exact = num_buckets // 4 if bidirectional else num_buckets // 2
     table = example_tensor(num_buckets, num_heads, device=device, dtype=dtype, generator=generator)
-    return position_term(table, bidirectional=True, max_distance=max(k, num_buckets // 4 + 1))
-
-
-EXAMPLES = {"t5": example_term}
-K_NAMES = {"t5": "max_distance"}
+    return position_term(table, bidirectional=bidirectional, max_distance=max(options.max_distance, exact + 1))
 
 
 @dataclass
@@ -228,8 +241,10 @@ class T5RelativeBias(nn.Embedding):
         self.bidirectional = bool(bidirectional)
         self.max_distance = max_distance
 
-    def compute_bias(self, query_len: int, key_len: int | None = None, *, query_offset: int = 0) -> torch.Tensor:
-        """(H, Lq, Lk) bias; entry (h, i, j) = weight[bucket(j - i), h] (``key_minus_query``)."""
+    def compute_bias(self, query_len: int, key_len: int | None = None, *,
+                     query_offset: int | None = None) -> torch.Tensor:
+        """(H, Lq, Lk) bias; entry (h, i, j) = weight[bucket(j - i), h] (``key_minus_query``),
+        the queries the last ``query_len`` keys unless ``query_offset`` places them."""
         return t5_bias_from_table(self.weight, query_len, key_len, bidirectional=self.bidirectional,
                                   max_distance=self.max_distance, query_offset=query_offset)
 
@@ -374,3 +389,80 @@ class T5EncoderStack(nn.Module):
         for block in self.block:
             x, position_bias = block(x, position_bias, attention_mask)
         return F.dropout(self.final_layer_norm(x), p=p, training=self.training)  # (B, L, d_model)
+
+
+# ----------------------------------------------------------------------------- in a model
+
+
+@dataclass(frozen=True)
+class T5Options:
+    """``num_buckets``, ``max_distance``; ``bidirectional`` None follows the model (a decoder uses
+    the causal buckets, all looking back; an encoder splits them between the two directions)."""
+
+    num_buckets: int = 32
+    max_distance: int = 128
+    bidirectional: bool | None = None
+
+    def __post_init__(self):
+        check_choice("bidirectional", self.bidirectional, (None, False, True))
+        _check_bucket_args(True if self.bidirectional is None else self.bidirectional, self.num_buckets,
+                           self.max_distance)
+
+
+class T5Position(PositionModule):
+    """One (num_buckets, H) table shared by every layer, as in T5 (only the first block owns it)."""
+
+    def __init__(self, shape, options: T5Options):
+        super().__init__(shape, options)
+        self.bidirectional = (not shape.causal) if options.bidirectional is None else options.bidirectional
+        _check_bucket_args(self.bidirectional, options.num_buckets, options.max_distance)
+        self.table = nn.Parameter(torch.zeros(options.num_buckets, shape.num_heads))  # (buckets, H)
+
+    def term(self, layer, attention):
+        return position_term(self.table, bidirectional=self.bidirectional, max_distance=self.options.max_distance)
+
+    @torch.no_grad()
+    def init_parameters(self, generator):
+        self.table.copy_(torch.randn(self.table.shape, generator=generator) * self.shape.d_model ** -0.5)
+
+
+def benchmark_module(num_heads: int, head_dim: int, max_distance: int, *, device=None, dtype=torch.float32,
+                     generator=None) -> BenchmarkModule:
+    """Hugging Face's ``T5Attention`` (eager, bidirectional, 32 buckets, random weights from a seeded
+    fork of the RNG: the caller's RNG is left as it was) and what it needs to run on ``rp.attend``."""
+    from transformers import T5Config
+    from transformers.models.t5.modeling_t5 import T5Attention as HFT5Attention
+
+    H, d = num_heads, head_dim
+    cfg = T5Config(d_model=H * d, d_kv=d, num_heads=H, relative_attention_num_buckets=32,
+                   relative_attention_max_distance=int(max_distance), dropout_rate=0.0, is_decoder=False)
+    cfg._attn_implementation = "eager"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        module = HFT5Attention(cfg, has_relative_attention_bias=True, layer_idx=0).to(device=device, dtype=dtype).eval()
+    table = module.relative_attention_bias.weight.detach()  # (num_buckets, H)
+    term = position_term(table, bidirectional=True, max_distance=module.relative_attention_max_distance)
+
+    def heads(x):  # (B, L, H d) -> (B, H, L, d)
+        return x.view(x.shape[0], x.shape[1], H, d).transpose(1, 2)
+
+    def prepare(hidden):
+        q, k, v = (heads(p(hidden)) for p in (module.q, module.k, module.v))  # (B, H, L, d) each
+        return q, k, v, term
+
+    def finish(ctx, hidden):  # ctx (B, H, L, d) -> (B, L, H d)
+        return module.o(ctx.transpose(1, 2).reshape(hidden.shape[0], hidden.shape[1], -1))
+
+    return BenchmarkModule("Hugging Face T5Attention (eager)", hf=lambda hidden: module(hidden)[0], prepare=prepare,
+                           finish=finish)
+
+
+SCHEME = Scheme(
+    name="t5", color="#e69f00", display="T5 buckets", short="T5", paper="Raffel et al. 2020", cite="raffel2020t5", chapter="03_t5_buckets",
+    convention="key_minus_query", formula=r"\text{table}[\text{bucket}(j - i),\, h]",
+    code="relpos_core.schemes.t5.t5_relative_bucket", injects="scalar on the logit",
+    summary="a learned scalar per head and log-spaced distance bucket",
+    distance=Distance("max_distance", "distances beyond it share the last bucket", small=32, medium=128, large=128,
+                      minimum=17),
+    example=example, options=T5Options, module=T5Position, order=40, benchmark_module=benchmark_module,
+)

@@ -31,7 +31,9 @@ import torch
 import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
+from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
+from relpos_core.schemes.declaration import Distance, PositionModule, Scheme
 from relpos_core.terms import PositionTerm, QueryVectors, RowIndex, example_tensor
 
 __all__ = [
@@ -42,8 +44,9 @@ __all__ = [
     "transformer_xl_causal_mask",
     "transformer_xl_terms",
     "position_term",
-    "example_term",
-    "EXAMPLES",
+    "TransformerXLOptions",
+    "TransformerXLPosition",
+    "SCHEME",
 ]
 
 
@@ -140,6 +143,10 @@ def transformer_xl_terms(
     check_tensor("r_k", r_k, dtype=q.dtype)
     check_tensor("u", u, ndim=2, floating=True, dtype=q.dtype, shape={0: H, 1: d})
     check_tensor("v", v, ndim=2, floating=True, dtype=q.dtype, shape={0: H, 1: d})
+    P, es = Lq * Lk, q.element_size()
+    check_memory(16 * P + 5 * B * H * P * es + B * H * Lq * Lk * es, what="transformer_xl_terms",
+                 shape=(B, H, Lq, Lk), dtype=q.dtype,
+                 alternative="rp.attend with rp.schemes.transformer_xl.position_term (backend 'flex': no [Lq, Lk] tensor)")
 
     a = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk): q_i . k_j
     c = (u[:, None, :] @ k.transpose(-2, -1)).expand(B, H, Lq, Lk)  # (B, H, Lq, Lk): u . k_j
@@ -151,17 +158,28 @@ def transformer_xl_terms(
     return {"a": a, "b": b, "c": c, "d": d_term}
 
 
-def position_term(r_k: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> PositionTerm:
+def position_term(r_k: torch.Tensor, u: torch.Tensor, v: torch.Tensor, *, layout: str | None = None) -> PositionTerm:
     """Transformer-XL's position term for ``rp.attend``: (q_i + u) . k_j + (q_i + v) . r_{i-j}.
 
-    r_k: (H, D, d), the projected rows W_kR R for distances D - 1 .. 0 (the paper's order,
-    as ``RelPartialLearnableAttention.project`` returns them, transposed to heads first);
-    u, v: (H, d). Convention ``query_minus_key``: pair (i, j) reads the row of distance
-    i - j, which must lie in [0, D - 1] for every visible pair (a call reaching further is
-    refused). Decoder only: ``rp.attend`` requires ``causal=True`` (keys after the query
-    have no row). Scale 1/sqrt(d) on all four terms.
+    r_k: the projected rows W_kR R for distances D - 1 .. 0 (the paper's order), heads first
+    (H, D, d) (``layout="HDd"``) or as ``RelPartialLearnableAttention.project`` returns them,
+    (D, H, d) (``layout="DHd"``); the layout is read from u's head count, and must be
+    given when D == H (the two would be read alike). u, v: (H, d). Convention
+    ``query_minus_key``: pair (i, j) reads the row of distance i - j, which must lie in
+    [0, D - 1] for every visible pair (a call reaching further is refused). Decoder
+    only: ``rp.attend`` requires ``causal=True`` (keys after the query have no row).
+    Scale 1/sqrt(d) on all four terms.
     """
     check_tensor("r_k", r_k, ndim=3, floating=True)
+    check_tensor("u", u, ndim=2, floating=True)
+    if layout is None:
+        if r_k.shape[0] == r_k.shape[1]:
+            raise ValueError(f"r_k of shape {tuple(r_k.shape)} is ambiguous (D == H = {r_k.shape[0]}): pass "
+                             f"layout='HDd' (heads first) or layout='DHd' (the paper's, distances first)")
+        layout = "HDd" if r_k.shape[0] == u.shape[0] else "DHd"
+    check_choice("layout", layout, ("HDd", "DHd"))
+    if layout == "DHd":
+        r_k = r_k.transpose(0, 1)  # (H, D, d)
     H, D, d = r_k.shape
     check_tensor("u", u, ndim=2, floating=True, shape={0: H, 1: d})
     check_tensor("v", v, ndim=2, floating=True, shape={0: H, 1: d})
@@ -175,17 +193,13 @@ def position_term(r_k: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> Positi
                         causal_only=True, notes=dict(distances=D))
 
 
-def example_term(num_heads: int, head_dim: int, k: int, *, device=None, dtype=torch.float32,
-                 generator=None) -> PositionTerm:
-    """Random r_k for ``k`` distances (0 .. k - 1) and random u, v (registry, benchmark)."""
-    r_k = example_tensor(num_heads, k, head_dim, device=device, dtype=dtype, generator=generator, scale=0.3)
+def example(num_heads: int, head_dim: int, options, *, device=None, dtype=torch.float32, generator=None):
+    """Random r_k for ``options.distances`` distances (0 .. D - 1) and random u, v (registry, benchmark)."""
+    D = options.distances or 1
+    r_k = example_tensor(num_heads, D, head_dim, device=device, dtype=dtype, generator=generator, scale=0.3)
     u, v = (example_tensor(num_heads, head_dim, device=device, dtype=dtype, generator=generator, scale=0.3)
             for _ in range(2))
-    return position_term(r_k, u, v)
-
-
-EXAMPLES = {"transformer_xl": example_term}
-K_NAMES = {"transformer_xl": "distances"}
+    return position_term(r_k, u, v, layout="HDd")
 
 
 @dataclass
@@ -298,3 +312,61 @@ def run_segments(
         out, mems = module(x[:, start:start + segment_len], mems)  # (B, <=segment_len, d_model)
         outs.append(out)
     return torch.cat(outs, dim=1), mems  # (B, T, d_model)
+
+
+# ----------------------------------------------------------------------------- in a model
+
+
+@dataclass(frozen=True)
+class TransformerXLOptions:
+    """``distances`` D: relative rows for distances 0 .. D - 1 (None: the model's max_positions)."""
+
+    distances: int | None = None
+
+    def __post_init__(self):
+        if self.distances is not None:
+            check_int("distances", self.distances, min_value=1)
+
+
+class TransformerXLPosition(PositionModule):
+    """Per layer: W_kR (``r_net``) projecting the fixed sinusoid R, and the global biases u, v (H, d_head).
+
+    A KV cache keeps the keys and values W_kE x_j and W_v x_j like any other scheme's: neither
+    depends on the query or on position. The relative rows W_kR R are built once per
+    decoding run (``Transformer.position_terms``), for the D distances the cache can reach.
+    """
+
+    def __init__(self, shape, options: TransformerXLOptions):
+        super().__init__(shape, options)
+        H, dh = shape.num_heads, shape.head_dim
+        if shape.d_model % 2:
+            raise ValueError(f"d_model must be even for transformer_xl (its sinusoid has sin and cos halves), "
+                             f"got {shape.d_model}")
+        self.distances = options.distances or shape.max_positions
+        self.r_net = nn.ModuleList(nn.Linear(shape.d_model, H * dh, bias=False) for _ in range(shape.num_layers))
+        self.u = nn.Parameter(torch.zeros(shape.num_layers, H, dh))  # global content bias per layer
+        self.v = nn.Parameter(torch.zeros(shape.num_layers, H, dh))  # global position bias per layer
+
+    def term(self, layer, attention):
+        s = self.shape
+        R = sinusoidal_relative_encoding(self.distances, s.d_model, dtype=self.u.dtype,
+                                         device=self.u.device)  # (D, d_model), distances D-1 .. 0
+        r_k = self.r_net[layer](R).view(self.distances, s.num_heads, s.head_dim)  # (D, H, dh)
+        return position_term(r_k, self.u[layer], self.v[layer], layout="DHd")
+
+    @torch.no_grad()
+    def init_parameters(self, generator):
+        for lin in self.r_net:
+            lin.weight.copy_(torch.randn(lin.weight.shape, generator=generator) / math.sqrt(lin.weight.shape[1]))
+        self.u.copy_(torch.randn(self.u.shape, generator=generator) * 0.02)
+        self.v.copy_(torch.randn(self.v.shape, generator=generator) * 0.02)
+
+
+SCHEME = Scheme(
+    name="transformer_xl", color="#56b4e9", short="TXL", display="Transformer-XL", paper="Dai et al. 2019", cite="dai2019transformerxl",
+    chapter="04_transformer_xl", convention="query_minus_key", formula=r"W_{k,R}\, R_{i - j}",
+    code="relpos_core.schemes.transformer_xl.transformer_xl_terms", injects="vector on the logit",
+    summary="a projected sinusoid per distance, plus global biases u and v", causal_only=True,
+    distance=Distance("distances", "one row per distance up to the sequence length", follows_length=True),
+    example=example, options=TransformerXLOptions, module=TransformerXLPosition, order=30,
+)

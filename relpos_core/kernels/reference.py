@@ -1,10 +1,12 @@
-"""Plain scaled dot-product attention with an optional additive bias: the reference
-every scheme's output is built on (chapter 1).
+"""Plain scaled dot-product attention with an optional additive bias, written out:
+``rp.attention`` and ``rp.attention_weights``, the reference chapter 1 builds every
+scheme on (chapters/01_why_relative_positions.ipynb).
 
 Kept explicit (no fused kernel) so the book can show each step; ``rp.attend`` computes
 the same numbers for every scheme on every kernel path. Same rules as there: the queries
-are the last Lq keys under ``causal``, a row whose keys are all masked gets weight 0 (not
-NaN), and the [..., Lq, Lk] scores are checked against the memory budget first.
+are the last Lq keys under ``causal``, causality is a mask (never part of a bias), a row
+whose keys are all masked gets weight 0 (not NaN), and the [..., Lq, Lk] scores are
+checked against the memory budget first.
 """
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import numbers
 
 import torch
 
-from ._validate import check_tensor
-from .measure.guard import check_memory
+from relpos_core._validate import check_tensor
+from relpos_core.budget import check_memory
+
+__all__ = ["attention", "attention_weights"]
 
 
 def attention_weights(

@@ -1,0 +1,156 @@
+"""Rotary maths: turn queries and keys by angles proportional to their positions.
+
+Book: chapter 6, "RoPE and ALiBi" (chapters/06_rope_and_alibi.ipynb); the cache layouts
+in chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb). The scheme (what RoPE and
+xPos are, their papers, their declarations) lives in ``relpos_core.schemes.rope`` and
+``relpos_core.schemes.xpos``; this module is the kernel-level maths every path shares.
+
+Pair k of the ``r`` rotated dimensions turns at frequency ``theta_k = base^(-2k / r)``
+(a context-extension ``scaling`` may change these frequencies and multiply both q and k
+by an ``attention_factor``). Rotating q_i by angle ``i theta`` and k_j by ``j theta``
+gives ``q^T R((j - i) theta) k``: the score depends on j - i only (``key_minus_query``).
+Two layouts pair the dimensions: ``rotate_half`` (k with k + r/2: GPT-NeoX, Hugging
+Face) and ``interleaved`` (2k with 2k + 1: the paper, GPT-J, Meta's LLaMA code). With
+``rotary_dim < d`` (partial rotary) the dimensions after the first r pass through.
+
+xPos (``decay``) also scales q_n by ``zeta^((n - c) / B)`` and k_m by ``zeta^(-(m - c) / B)``
+with ``zeta_k = (2k / r + gamma) / (1 + gamma)``: q . k gains ``zeta^((n - m) / B)``. The
+centre c cancels in every score; it is the middle of the call's positions so that neither
+factor overflows at long context (as the paper's code centres them).
+
+Angles are computed in float32 (float64 for float64 inputs), then cast to the input dtype.
+"""
+from __future__ import annotations
+
+import torch
+
+from relpos_core._validate import check_choice, check_tensor
+from relpos_core.terms import Rotary
+
+__all__ = ["PAIRINGS", "inverse_frequencies", "rope_cos_sin", "rotate_half", "apply_rope", "rotate", "rotate_qk",
+           "xpos_zeta"]
+
+PAIRINGS = ("rotate_half", "interleaved")
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def _rotary_dim(rotary, head_dim: int) -> int:
+    r = head_dim if rotary.rotary_dim is None else rotary.rotary_dim
+    if r > head_dim or r % 2:
+        raise ValueError(f"rotary_dim must be an even number <= head_dim = {head_dim}, got {r}")
+    return r
+
+
+def inverse_frequencies(rotary, head_dim: int, *, seq_len: int | None = None, device=None,
+                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """theta_k for the r / 2 rotated pairs: (r / 2,), in ``dtype``.
+
+    ``base^(-2k / r)``, or what ``rotary.scaling`` makes of it (``seq_len``, the call's
+    longest position + 1, matters only to a dynamic scaling).
+    """
+    r = _rotary_dim(rotary, head_dim)
+    if rotary.scaling is not None:
+        return rotary.scaling.inverse_frequencies(r, rotary.base, seq_len=seq_len, device=device).to(dtype)
+    exponent = torch.arange(0, r, 2, dtype=torch.int64, device=device).to(dtype) / r
+    return 1.0 / (rotary.base ** exponent)  # (r/2,)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, *, base: float = 10000.0,
+                 dtype: torch.dtype = torch.float32, inv_freq: torch.Tensor | None = None):
+    """cos and sin of ``position * theta_k``, each (..., L, head_dim) in rotate-half layout
+    (columns k and k + d/2 hold pair k). ``positions``: (L,) or (B, L) integers.
+
+    Convention ``key_minus_query``: a query at i and a key at j end up with relative angle
+    ``(j - i) theta_k``.
+    """
+    check_tensor("positions", positions, ndim=(1, 2), dtype=INT_DTYPES)
+    check_choice("dtype", dtype, (torch.float16, torch.bfloat16, torch.float32, torch.float64))
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
+        raise ValueError(f"head_dim must be an even integer >= 2 (dimensions are rotated in pairs), got {head_dim!r}")
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    if inv_freq is None:
+        inv_freq = inverse_frequencies(Rotary(base=base), head_dim, device=positions.device, dtype=work)
+    freqs = positions[..., None].to(work) * inv_freq.to(work)  # (..., L, d/2) angle of pair k
+    emb = torch.cat((freqs, freqs), dim=-1)  # (..., L, d) rotate-half layout
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dimension (no positions involved)."""
+    x1, x2 = x.chunk(2, dim=-1)  # (..., d/2) each
+    return torch.cat((-x2, x1), dim=-1)  # (..., d)
+
+
+def xpos_zeta(decay, rotary_dim: int, *, device=None, dtype=torch.float32) -> torch.Tensor:
+    """xPos's per-pair base zeta_k = (2k / r + gamma) / (1 + gamma): (r / 2,)."""
+    two_k = torch.arange(0, rotary_dim, 2, device=device).to(dtype)  # (r/2,)
+    return (two_k / rotary_dim + decay.gamma) / (1.0 + decay.gamma)
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor, rotary, *, seq_len: int | None = None,
+           decay_sign: int = 0, centre=0, attention_factor: bool = True) -> torch.Tensor:
+    """Rotate x (B, H, L, d) by ``positions`` ((L,) or (B, L) integers) as ``rotary`` says.
+
+    ``decay_sign``: +1 for queries, -1 for keys, 0 for no xPos scale; ``centre`` the xPos
+    centre (an int or a 0-d tensor). ``attention_factor=False``: a pure rotation, without
+    a scaling's factor (re-rotating keys that already carry it). Returns (B, H, L, d) in
+    x's dtype.
+    """
+    B, H, L, d = x.shape
+    r = _rotary_dim(rotary, d)
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    inv_freq = inverse_frequencies(rotary, d, seq_len=seq_len, device=x.device, dtype=work)  # (r/2,)
+    angle = positions[..., None].to(work) * inv_freq  # (L, r/2) or (B, L, r/2)
+    cos, sin = angle.cos(), angle.sin()
+    factor = float(getattr(rotary.scaling, "attention_factor", 1.0) or 1.0) if attention_factor else 1.0
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
+    if rotary.decay is not None and decay_sign != 0:
+        zeta = xpos_zeta(rotary.decay, r, device=x.device, dtype=work)  # (r/2,)
+        power = (positions.to(work) - centre)[..., None] * (decay_sign / rotary.decay.scale_base)  # (.., L, 1)
+        scale = zeta ** power  # (..., L, r/2)
+        cos, sin = cos * scale, sin * scale
+    if positions.dim() == 2:
+        cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, r/2)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    xr, rest = x[..., :r], x[..., r:]
+    if rotary.pairing == "rotate_half":
+        x1, x2 = xr[..., : r // 2], xr[..., r // 2:]  # (B, H, L, r/2) pair k = (k, k + r/2)
+        out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, L, r)
+    else:
+        x_even, x_odd = xr[..., 0::2], xr[..., 1::2]  # (B, H, L, r/2) pair k = (2k, 2k+1)
+        out = torch.stack((x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1).flatten(-2)
+    return out if r == d else torch.cat((out, rest), dim=-1)  # (B, H, L, d)
+
+
+def rotate_qk(q: torch.Tensor, k: torch.Tensor, rotary, pos) -> tuple[torch.Tensor, torch.Tensor]:
+    """q (B, H, Lq, d) and k (B, H, Lk, d) rotated at the call's positions (``relpos_core.positions``)."""
+    seq_len = pos.max_key + 1 if rotary.dynamic else None
+    centre = 0
+    if rotary.decay is not None:
+        centre = (pos.min_key + pos.max_query) // 2 if pos.contiguous else (pos.key.min() + pos.query.max()) // 2
+    q = rotate(q, pos.query, rotary, seq_len=seq_len, decay_sign=1, centre=centre)
+    k = rotate(k, pos.key, rotary, seq_len=seq_len, decay_sign=-1, centre=centre)
+    return q, k
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, *, base: float = 10000.0,
+               pairing: str = "rotate_half") -> torch.Tensor:
+    """Rotate every pair of x (B, H, L, d) by ``position * theta_k``; returns (B, H, L, d).
+
+    ``positions``: (L,) or (B, L) integers, default ``arange(L)``. Apply to queries and keys
+    alike: their dot product then depends on ``j - i`` only (``key_minus_query``).
+    """
+    check_tensor("x", x, ndim=4, floating=True)
+    check_choice("pairing", pairing, PAIRINGS)
+    rotary = Rotary(base=base, pairing=pairing)
+    B, H, L, d = x.shape
+    if d % 2:
+        raise ValueError(f"x must have an even head_dim (last dimension), got shape {tuple(x.shape)}")
+    if positions is None:
+        positions = torch.arange(L, device=x.device)  # (L,)
+    else:
+        check_tensor("positions", positions, ndim=(1, 2), dtype=INT_DTYPES, shape={-1: L})
+        if positions.dim() == 2 and positions.shape[0] not in (1, B):
+            raise ValueError(f"positions of shape (B, L) must have B = 1 or {B}, got {tuple(positions.shape)}")
+    return rotate(x, positions, rotary)

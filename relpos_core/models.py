@@ -1,0 +1,457 @@
+"""One transformer for every position scheme: the decoder of chapter 7 and the lab's models of chapter 10.
+
+Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb) and chapter 10,
+"Experiments" (chapters/10_experiments.ipynb).
+
+``Transformer(TransformerConfig(scheme=..., position={...}))`` is a pre-norm transformer
+(token embedding, ``num_layers`` blocks of attention and MLP, a final norm and a linear
+head giving ``num_outputs`` logits per position). The scheme is any registry name
+(``relpos_core.schemes.names()``): its declaration builds a ``PositionModule`` that owns
+the scheme's tables for the whole model and hands each layer its ``PositionTerm``; the
+attention of every layer is ``rp.attend`` with that term, so the same weights run on
+every kernel path (``form``, ``backend``) of ``relpos_core.registry``. The model never
+asks which scheme it holds.
+
+Decoding (``causal=True``): ``forward(tokens, cache)`` appends the new tokens' keys and
+values to a ``KVCache`` (``new_cache``), attends from them to every kept token, then lets
+the cache evict; ``recompute(tokens, sinks=, window=)`` gives the same logits with no
+cache at all. ``decode`` (teacher-forced) and ``generate`` (greedy) run step by step.
+Training (the lab): ``forward(tokens)`` with gradients, on the path ``default_path()``
+picks (a dense SDPA path where the scheme has one: FlexAttention has no CPU backward).
+
+Positions follow ``relpos_core.positions``: the new tokens are the last of the keys;
+``forward(tokens, positions=p)`` places a sequence explicitly (randomised positions).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from relpos_core import registry, schemes
+from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
+from relpos_core.attend import attend
+from relpos_core.cache import POSITION_FRAMES, ROPE_LAYOUTS, KVCache
+from relpos_core.kernels.rotary import rotate
+from relpos_core.schemes.declaration import ModelShape
+
+__all__ = ["TransformerConfig", "Transformer", "Attention", "Block", "decode_paths", "kept_positions",
+           "MODEL_DTYPES"]
+
+MODEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@dataclass
+class TransformerConfig:
+    """Sizes of a ``Transformer`` and its scheme.
+
+    ``scheme``: a registry name; ``position``: the scheme's options (its declaration's
+    options dataclass; unknown names are refused). ``num_outputs``: logits per position
+    (default ``vocab_size``, a language model). ``head_dim`` defaults to
+    d_model // num_heads, ``d_mlp`` to 4 d_model. ``max_positions``: the longest sequence
+    or cache the position module is built for (absolute tables, relative rows).
+    """
+
+    scheme: str
+    position: dict = field(default_factory=dict)
+    vocab_size: int = 64
+    num_outputs: int | None = None
+    d_model: int = 32
+    num_heads: int = 4
+    head_dim: int | None = None
+    num_layers: int = 2
+    d_mlp: int | None = None
+    causal: bool = True
+    max_positions: int = 256
+
+    def __post_init__(self):
+        entry = schemes.lookup(self.scheme)  # ValueError listing the names
+        for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_positions"):
+            check_positive_int(name, getattr(self, name))
+        check_choice("causal", self.causal, (False, True))
+        if not isinstance(self.position, dict):
+            raise ValueError(f"position must be a dict of {self.scheme}'s options, got {type(self.position).__name__}")
+        if self.head_dim is None:
+            if self.d_model % self.num_heads:
+                raise ValueError(f"d_model must be divisible by num_heads when head_dim is None, got "
+                                 f"d_model={self.d_model}, num_heads={self.num_heads}")
+            self.head_dim = self.d_model // self.num_heads
+        check_positive_int("head_dim", self.head_dim)
+        self.num_outputs = self.vocab_size if self.num_outputs is None else check_positive_int(
+            "num_outputs", self.num_outputs)
+        self.d_mlp = 4 * self.d_model if self.d_mlp is None else check_positive_int("d_mlp", self.d_mlp)
+        if entry.scheme.causal_only and not self.causal:
+            raise ValueError(f"scheme {self.scheme!r} is decoder-only (its paper defines it for causal attention): "
+                             f"pass causal=True")
+        entry.options(self.position)  # checks the options
+
+    @property
+    def entry(self) -> schemes.Entry:
+        return schemes.lookup(self.scheme)
+
+    @property
+    def options(self):
+        return self.entry.options(self.position)
+
+    @property
+    def shape(self) -> ModelShape:
+        return ModelShape(num_layers=self.num_layers, num_heads=self.num_heads, head_dim=self.head_dim,
+                          d_model=self.d_model, causal=self.causal, max_positions=self.max_positions)
+
+
+def decode_paths(scheme: str, *, evicted: bool = False) -> list[tuple[str, str]]:
+    """Every (form, backend) of the registry that decodes ``scheme`` (Lq != Lk).
+
+    ``evicted=True`` keeps only the paths that take explicit, gapped key positions (the
+    skew form needs consecutive ones).
+    """
+    entry = schemes.lookup(scheme)
+    if entry.scheme.not_decoded:
+        raise ValueError(f"scheme {scheme!r} is not decoded: {entry.scheme.not_decoded}")
+    return [(p.form, p.backend) for p in registry.paths(scheme) if not (evicted and p.positions != "any")]
+
+
+def kept_positions(step: int, *, sinks: int, window: int | None) -> torch.Tensor:
+    """Original positions a sink + window cache lets the token at ``step`` attend to (itself included).
+
+    Decoding one token per call: the cache kept positions < sinks and the last ``window``
+    positions before ``step`` (``KVCache.evict`` after the previous call), then appended
+    ``step``. Returns an int64 (K,) tensor, increasing.
+    """
+    step = check_int("step", step, min_value=0)
+    sinks = check_int("sinks", sinks, min_value=0)
+    all_positions = torch.arange(step + 1)  # (step + 1,)
+    if window is None:
+        return all_positions
+    window = check_positive_int("window", window)
+    return all_positions[(all_positions < sinks) | (all_positions >= step - window)]  # (K,)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How one forward call runs attention: the path, and where queries and keys sit."""
+
+    form: str | None
+    backend: str
+    compiled: bool
+    positions: dict  # rp.attend's position arguments ({} for the default rule)
+    query: torch.Tensor  # (n,) positions of the new tokens
+    rotated_cache: bool = False  # keys are stored rotated: rotate q and new k here, attend without rotation
+
+
+class Attention(nn.Module):
+    """One layer's attention: projections ``wq``, ``wk``, ``wv``, ``wo`` and ``rp.attend``."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = config
+        D, H, dh = config.d_model, config.num_heads, config.head_dim
+        self.wq = nn.Linear(D, H * dh, bias=False)
+        self.wk = nn.Linear(D, H * dh, bias=False)
+        self.wv = nn.Linear(D, H * dh, bias=False)
+        self.wo = nn.Linear(H * dh, D, bias=False)
+
+    def heads(self, x: torch.Tensor, proj: nn.Linear) -> torch.Tensor:
+        """(B, n, D) -> (B, H, n, dh) through ``proj``."""
+        B, n, _ = x.shape
+        return proj(x).view(B, n, self.config.num_heads, self.config.head_dim).transpose(1, 2)
+
+    def forward(self, x_q, x_kv, *, term, run: _Run, layer: int, cache: KVCache | None) -> torch.Tensor:
+        """Queries from x_q (B, n, D), keys and values from x_kv (B, m, D): returns (B, n, D)."""
+        B, n, _ = x_q.shape
+        q = self.heads(x_q, self.wq)  # (B, H, n, dh)
+        k, v = self.heads(x_kv, self.wk), self.heads(x_kv, self.wv)  # (B, H, m, dh)
+        if run.rotated_cache:  # rotated once, at write time (RoPE); the term keeps no rotation
+            q = rotate(q, run.query, term.rotary)  # (B, H, n, dh)
+            k = rotate(k, run.query, term.rotary)  # (B, H, n, dh)
+            term = term.without_rotary()
+        if cache is not None:
+            k, v = cache.append(layer, k, v)  # (B, H, K + n, dh)
+        out = attend(q, k, v, term, form=run.form, backend=run.backend, causal=self.config.causal,
+                     compiled=run.compiled, check_finite=False, **run.positions)  # (B, H, n, dh)
+        return self.wo(out.transpose(1, 2).reshape(B, n, -1))  # (B, n, D)
+
+
+class Block(nn.Module):
+    """Pre-norm block: h + attention(norm(h)), then h + MLP(norm(h)).
+
+    ``query`` (B, n, D), when given, is the input of the queries and of the residual,
+    with keys and values from ``h`` (DeBERTa's Enhanced Mask Decoder drives it so).
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(config.d_model)
+        self.attention = Attention(config)
+        self.norm2 = nn.LayerNorm(config.d_model)
+        self.mlp = nn.Sequential(nn.Linear(config.d_model, config.d_mlp), nn.GELU(),
+                                 nn.Linear(config.d_mlp, config.d_model))
+
+    def forward(self, h, *, query=None, **attention):
+        x = self.norm1(h)  # (B, m, D)
+        residual = h if query is None else query
+        x_q = x if query is None else self.norm1(query)
+        h = residual + self.attention(x_q, x, **attention)  # (B, n, D)
+        return h + self.mlp(self.norm2(h))  # (B, n, D)
+
+
+class Transformer(nn.Module):
+    """A transformer for one scheme; see the module docstring. Weights are drawn from ``seed``."""
+
+    def __init__(self, config: TransformerConfig, *, seed: int = 0, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str | None = None):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise ValueError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        check_int("seed", seed, min_value=0, max_value=2**63 - 1)
+        check_choice("dtype", dtype, MODEL_DTYPES)
+        self.config = cfg = config
+        with torch.random.fork_rng(devices=[]):  # the layers' default initialisation draws from the global RNG
+            self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            self.position = cfg.entry.scheme.module(cfg.shape, cfg.options)
+            self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+            self.norm = nn.LayerNorm(cfg.d_model)
+            self.head = nn.Linear(cfg.d_model, cfg.num_outputs, bias=False)
+        self._init_weights(seed)  # every weight drawn again from its own generator: the caller's RNG is untouched
+        self.to(device=device, dtype=dtype)
+        self.eval()
+
+    @torch.no_grad()
+    def _init_weights(self, seed: int) -> None:
+        """Linear weights N(0, 1 / fan_in), biases 0, norms 1, token embeddings N(0, 1); then the
+        position module draws its own (``PositionModule.init_parameters``), from the same generator."""
+        g = torch.Generator().manual_seed(seed)
+        for module in [self.embed, *self.blocks, self.norm, self.head]:
+            for sub in module.modules():
+                if isinstance(sub, nn.Linear):
+                    sub.weight.copy_(torch.randn(sub.weight.shape, generator=g) / math.sqrt(sub.weight.shape[1]))
+                    if sub.bias is not None:
+                        sub.bias.zero_()
+                elif isinstance(sub, nn.LayerNorm):
+                    sub.reset_parameters()
+                elif isinstance(sub, nn.Embedding):
+                    sub.weight.copy_(torch.randn(sub.weight.shape, generator=g))
+        self.position.init_parameters(g)
+
+    # -- positions ------------------------------------------------------------------
+    def position_terms(self) -> list:
+        """One ``PositionTerm`` (or None) per layer, built from the current weights.
+
+        Decoding builds them once per run and passes them to every step (``terms=``).
+        """
+        return [self.position.term(layer, block.attention) for layer, block in enumerate(self.blocks)]
+
+    def default_path(self) -> tuple[str, str]:
+        """(form, backend) the model runs on when none is given: gather (or none) on SDPA, which
+        trains on every device; the naive form where gather cannot compute the scheme; eager for a
+        value term (Shaw's a^V)."""
+        term = registry.example_term(self.config.scheme, num_heads=self.config.num_heads,
+                                     head_dim=self.config.head_dim, k=None, device="meta")
+        for form, backend in (("none", "sdpa"), ("gather", "sdpa"), ("naive", "sdpa"), ("gather", "eager"),
+                              ("naive", "eager")):
+            if registry.unsupported_reason(term, form, backend) is None:
+                return form, backend
+        raise ValueError(f"no dense path computes {self.config.scheme}")  # pragma: no cover
+
+    # -- the cache --------------------------------------------------------------------
+    def cache_signature(self, rope_layout: str | None) -> tuple:
+        """What a cache must match: scheme and options, layers, heads, head size, dtype and RoPE layout."""
+        c = self.config
+        return (c.scheme, repr(c.options), c.num_layers, c.num_heads, c.head_dim, str(self.head.weight.dtype),
+                rope_layout)
+
+    def _rotary(self):
+        terms = [t for t in self.position_terms() if t is not None and t.rotary is not None]
+        return terms[0].rotary if terms else None
+
+    def new_cache(self, *, sinks: int = 0, window: int | None = None, positions: str = "cache",
+                  rope_layout: str | None = None) -> KVCache:
+        """An empty ``KVCache`` for this model.
+
+        ``positions``: "cache" (StreamingLLM's frame: renumbered after an eviction) or
+        "original". ``rope_layout`` (rotating schemes only): "rotated" (the default where
+        a rotated key stays right: keys rotated once, at write time) or "unrotated".
+        """
+        if not self.config.causal:
+            raise ValueError("a KV cache needs a decoder: this model has causal=False")
+        entry = self.config.entry
+        if entry.scheme.not_decoded:
+            raise ValueError(f"scheme {self.config.scheme!r} is not decoded: {entry.scheme.not_decoded}")
+        check_choice("positions", positions, POSITION_FRAMES)
+        rotary = self._rotary()
+        if rotary is not None:
+            default = "rotated" if rotary.rotated_keys_cacheable else "unrotated"
+            rope_layout = default if rope_layout is None else check_choice("rope_layout", rope_layout, ROPE_LAYOUTS)
+            if rope_layout == "rotated" and not rotary.rotated_keys_cacheable:
+                raise ValueError(f"rope_layout='rotated' cannot be used with {self.config.scheme}: a key rotated at "
+                                 f"write time would not stay right (xPos's scale or a dynamic scaling changes with "
+                                 f"the positions of each call); use rope_layout='unrotated'")
+        elif rope_layout is not None:
+            raise ValueError(f"rope_layout applies to rotating schemes only, this model is {self.config.scheme!r}: "
+                             f"pass None")
+        if entry.scheme.injects == "input" and window is not None and positions in ("cache", "renumbered"):
+            raise ValueError(f"positions={positions!r} cannot be used with {self.config.scheme}: each cached key and "
+                             f"value already contains its position vector, and renumbering would mean recomputing "
+                             f"them from the tokens; use positions='original'")
+        return KVCache(self.config.num_layers, sinks=sinks, window=window, positions=positions,
+                       rope_layout=rope_layout, rotary=rotary, signature=self.cache_signature(rope_layout))
+
+    def _check_cache(self, cache, batch: int) -> None:
+        if not isinstance(cache, KVCache):
+            raise ValueError(f"cache must be a KVCache (from model.new_cache()) or None, got {type(cache).__name__}")
+        want = self.cache_signature(cache.rope_layout)
+        if cache.signature != want:
+            raise ValueError(f"cache was made for another model: it expects {cache.signature}, this model is {want} "
+                             f"(scheme and options, layers, heads, head size, dtype, RoPE layout); make one with "
+                             f"model.new_cache()")
+        if cache.batch_size is not None and cache.batch_size != batch:
+            raise ValueError(f"tokens must have the cache's batch size {cache.batch_size}, got {batch}")
+
+    # -- running ----------------------------------------------------------------------
+    def _check_tokens(self, tokens) -> torch.Tensor:
+        check_tensor("tokens", tokens, ndim=2, dtype=(torch.int32, torch.int64))
+        if tokens.shape[1] < 1 or tokens.shape[0] < 1:
+            raise ValueError(f"tokens must be (B, n) with B, n >= 1, got shape {tuple(tokens.shape)}")
+        V = self.config.vocab_size
+        lo, hi = torch.stack([tokens.min(), tokens.max()]).tolist()
+        if lo < 0 or hi >= V:
+            raise ValueError(f"tokens must lie in [0, {V - 1}] (vocab_size {V}), got range [{lo}, {hi}]")
+        return tokens
+
+    def _run(self, n: int, cache, positions, form, backend, compiled, device) -> _Run:
+        if backend is None:
+            default_form, backend = self.default_path()
+            form = default_form if form is None else form
+        if cache is None:
+            if positions is None:
+                query = torch.arange(n, device=device)  # (n,)
+                return _Run(form, backend, compiled, {}, query)
+            check_tensor("positions", positions, ndim=1, dtype=(torch.int32, torch.int64), shape={0: n})
+            positions = positions.to(device)
+            return _Run(form, backend, compiled, dict(query_positions=positions, key_positions=positions), positions)
+        if positions is not None:
+            raise ValueError("positions must be None with a cache: the cache places the new tokens")
+        query = cache.new_positions(n, device)  # (n,)
+        if cache.contiguous:  # keys at 0 .. K + n - 1 and the new tokens last: the default rule
+            run_positions = {}
+        else:
+            run_positions = dict(query_positions=query, key_positions=cache.key_positions(n, device))
+        return _Run(form, backend, compiled, run_positions, query, rotated_cache=cache.rope_layout == "rotated")
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, *, positions: torch.Tensor | None = None,
+                form: str | None = None, backend: str | None = None, compiled: bool = True,
+                terms: list | None = None) -> torch.Tensor:
+        """Logits (B, n, num_outputs) of the n new ``tokens`` (B, n).
+
+        Without a cache the tokens sit at 0 .. n - 1 (or at ``positions``) and attend to
+        each other (causally in a decoder). With a cache they come next after the kept
+        tokens, are appended to it, and the cache evicts after the call; if the call
+        fails, the cache is left as it was.
+        """
+        tokens = self._check_tokens(tokens)
+        B, n = tokens.shape
+        if cache is not None:
+            self._check_cache(cache, B)
+        run = self._run(n, cache, positions, form, backend, compiled, tokens.device)
+        terms = self.position_terms() if terms is None else terms
+        with (cache.step() if cache is not None else contextlib.nullcontext()):
+            h = self.position.embed(self.embed(tokens), run.query)  # (B, n, D)
+            layers = {id(block): i for i, block in enumerate(self.blocks)}
+
+            def apply(block, h, query=None):
+                layer = layers[id(block)]
+                return block(h, query=query, term=terms[layer], run=run, layer=layer, cache=cache)
+
+            h = self.position.run_blocks(list(self.blocks), h, apply)  # (B, n, D)
+            if cache is not None:
+                cache.commit(n)
+                cache.evict()
+        return self.head(self.norm(h))  # (B, n, num_outputs)
+
+    @torch.no_grad()
+    def decode(self, tokens: torch.Tensor, cache: KVCache, *, prefill: int = 1, form: str | None = None,
+               backend: str | None = None, compiled: bool = True) -> torch.Tensor:
+        """Teacher-forced decoding: the first ``prefill`` tokens in one call, then one call per token.
+
+        Returns the logits (B, T, num_outputs) of every position, collected step by step.
+        """
+        tokens = self._check_tokens(tokens)
+        T = tokens.shape[1]
+        prefill = check_int("prefill", prefill, min_value=1, max_value=T)
+        run = dict(form=form, backend=backend, compiled=compiled, terms=self.position_terms())
+        logits = [self(tokens[:, :prefill], cache, **run)]  # (B, prefill, V)
+        for t in range(prefill, T):
+            logits.append(self(tokens[:, t:t + 1], cache, **run))  # (B, 1, V)
+        return torch.cat(logits, dim=1)  # (B, T, V)
+
+    @torch.no_grad()
+    def generate(self, prompt: torch.Tensor, max_new_tokens: int, cache: KVCache | None = None, *,
+                 form: str | None = None, backend: str | None = None, compiled: bool = True) -> torch.Tensor:
+        """Greedy generation: (B, P + max_new_tokens) tokens.
+
+        With a cache: the prompt in one call, then one call per new token. Without one:
+        the whole sequence is recomputed for every new token (no state kept between steps).
+        """
+        tokens = self._check_tokens(prompt)
+        max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
+        run = dict(form=form, backend=backend, compiled=compiled, terms=self.position_terms())
+        step_input = tokens
+        for _ in range(max_new_tokens):
+            logits = self(step_input if cache is not None else tokens, cache, **run)  # (B, n, V)
+            nxt = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+            tokens = torch.cat([tokens, nxt], dim=1)
+            step_input = nxt
+        return tokens
+
+    @torch.no_grad()
+    def recompute(self, tokens: torch.Tensor, *, sinks: int = 0, window: int | None = None,
+                  positions: str = "cache", form: str | None = None, backend: str | None = None,
+                  compiled: bool = True) -> torch.Tensor:
+        """Logits (B, T, num_outputs) computed from scratch, with no cache.
+
+        ``window=None``: ``forward(tokens)`` (one call per layer). Otherwise the attention
+        of a sink + window cache decoded one token per call: every layer's keys and values
+        are rebuilt from that layer's inputs, and the token at t attends to
+        ``kept_positions(t, sinks, window)``, at those original positions, or (the cache
+        frame) at 0 .. K - 1 with the query at K - 1.
+        """
+        tokens = self._check_tokens(tokens)
+        check_choice("positions", positions, POSITION_FRAMES)
+        if window is None:
+            return self(tokens, form=form, backend=backend, compiled=compiled)
+        if self.config.entry.scheme.injects == "input" and positions != "original":
+            raise ValueError(f"positions={positions!r} cannot be used with {self.config.scheme} (see new_cache)")
+        if backend is None:
+            default_form, backend = self.default_path()
+            form = default_form if form is None else form
+        B, T = tokens.shape
+        dev = tokens.device
+        terms = self.position_terms()
+        h = self.position.embed(self.embed(tokens), torch.arange(T, device=dev))  # (B, T, D): original positions
+        rows = [kept_positions(t, sinks=sinks, window=window).to(dev) for t in range(T)]
+        for block, term in zip(self.blocks, terms):
+            attn = block.attention
+            x = block.norm1(h)  # (B, T, D)
+            q, k, v = attn.heads(x, attn.wq), attn.heads(x, attn.wk), attn.heads(x, attn.wv)  # (B, H, T, dh)
+            outs = []
+            for t, kept in enumerate(rows):
+                if positions == "original":
+                    kpos, qpos = kept, kept[-1:]  # (K,), (1,)
+                else:
+                    kpos = torch.arange(kept.numel(), device=dev)  # (K,) renumbered
+                    qpos = kpos[-1:]
+                outs.append(attend(q[:, :, t:t + 1], k[:, :, kept], v[:, :, kept], term, form=form,
+                                   backend=backend, causal=True, query_positions=qpos, key_positions=kpos,
+                                   compiled=compiled))  # (B, H, 1, dh)
+            out = torch.cat(outs, dim=2)  # (B, H, T, dh)
+            h = block.attention.wo(out.transpose(1, 2).reshape(B, T, -1)) + h  # (B, T, D)
+            h = h + block.mlp(block.norm2(h))
+        return self.head(self.norm(h))  # (B, T, num_outputs)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (f"scheme={c.scheme!r}, layers={c.num_layers}, d_model={c.d_model}, heads={c.num_heads}, "
+                f"head_dim={c.head_dim}, causal={c.causal}")

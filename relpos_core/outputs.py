@@ -1,0 +1,152 @@
+"""Where a command line writes: checked before any work starts, written as results finish, never lost.
+
+The rules every command line of relpos_core follows (``python -m relpos_core.bench``,
+``python -m relpos_core.decoding --bench``, ``python -m relpos_core.lab``):
+
+* **Nothing in the package or ``data/`` unless told to.** The default output is a new
+  file under ``./relpos-results/`` in the current folder, named after the tool and the
+  time. A path inside the installed ``relpos_core`` package (where the committed
+  results ship) or inside a checkout's ``data/`` folder is written only when ``--out``
+  names it explicitly.
+* **Checked first.** Before any work: the folder must be creatable and writable, the
+  path must not be a folder, and an existing file is refused unless ``--force``.
+* **Written as it goes.** Every finished row (a benchmark row, a lab run) is appended at
+  once to ``<out>.partial.jsonl``, one JSON object per line, so an interruption or a
+  crash keeps what finished.
+* **Finished, or said to be unfinished.** The result is written at the end to a temporary
+  file and renamed into place (a reader never sees half a file), and the partial file
+  removed. On Ctrl-C the result is written from the rows that finished, marked
+  ``"complete": false``, and the command exits with status 130.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["Output", "protected_folders", "default_path", "RESULTS_FOLDER"]
+
+RESULTS_FOLDER = "relpos-results"
+PACKAGE = Path(__file__).resolve().parent
+
+
+def protected_folders() -> list[Path]:
+    """Folders a command line writes into only when told to: the package, and a checkout's data/."""
+    out = [PACKAGE]
+    checkout = PACKAGE.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "data").is_dir():
+        out.append(checkout / "data")
+    return out
+
+
+def default_path(tool: str, suffix: str = ".json") -> Path:
+    """``./relpos-results/<tool>-<UTC time><suffix>`` (a new name each second)."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path.cwd() / RESULTS_FOLDER / f"{tool}-{stamp}{suffix}"
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+class Output:
+    """One result file of a command line, with its partial file (module docstring).
+
+    ``path``: the file (``.json``); ``explicit``: the user named it (``--out``), which is
+    what allows a protected folder; ``force``: an existing file may be replaced.
+    ``check()`` raises ``ValueError`` naming the problem; call it before any work.
+    """
+
+    def __init__(self, path, *, explicit: bool, force: bool = False, suffix: str = ".json"):
+        self.path = Path(path)
+        self.explicit = bool(explicit)
+        self.force = bool(force)
+        self.suffix = suffix
+        self.partial = self.path.with_name(self.path.name + ".partial.jsonl")
+        self.rows_written = 0
+
+    @classmethod
+    def from_argument(cls, out: str | None, *, tool: str, force: bool = False, suffix: str = ".json") -> "Output":
+        """``--out`` as given (None: the default path under ./relpos-results/)."""
+        if out is None:
+            return cls(default_path(tool, suffix), explicit=False, force=force, suffix=suffix)
+        return cls(Path(out), explicit=True, force=force, suffix=suffix)
+
+    def check(self) -> "Output":
+        path = self.path
+        if path.is_dir():
+            raise ValueError(f"{path} is a folder; give a file name such as {path / ('result' + self.suffix)}")
+        if path.suffix != self.suffix:
+            raise ValueError(f"must end in {self.suffix}, got {str(path)!r}")
+        for folder in protected_folders():
+            if _inside(path, folder) and not self.explicit:
+                raise ValueError(f"{path} is inside {folder}, which holds committed results: name it with --out "
+                                 f"to write there on purpose")
+        if path.exists() and not self.force:
+            raise ValueError(f"{path} exists: pass --force to replace it, or choose another --out")
+        if self.partial.exists() and not self.force:
+            raise ValueError(f"{self.partial} exists (the rows of an unfinished run): move it away, or pass --force")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".relpos-write-check-"):
+                pass
+        except OSError as err:
+            raise ValueError(f"cannot write to {path.parent}: {err.strerror or err}") from None
+        if path.exists() and not os.access(path, os.W_OK):
+            raise ValueError(f"{path} exists and is not writable")
+        return self
+
+    def begin(self, head: dict) -> None:
+        """Start the partial file with the run's head (provenance, settings), replacing an old one."""
+        with open(self.partial, "w") as f:
+            f.write(json.dumps({"head": head}, default=str) + "\n")
+
+    def add(self, row: dict) -> None:
+        """Append one finished row to the partial file (flushed at once)."""
+        with open(self.partial, "a") as f:
+            f.write(json.dumps({"row": row}, default=str) + "\n")
+            f.flush()
+        self.rows_written += 1
+
+    def finish(self, result: dict, *, text: str | None = None) -> Path:
+        """Write the result (``text``, or ``result`` as JSON) atomically and remove the partial file."""
+        body = text if text is not None else json.dumps(result, indent=1, default=str) + "\n"
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(body)
+            os.replace(tmp, self.path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        if self.partial.exists():
+            self.partial.unlink()
+        return self.path
+
+    def sibling(self, suffix: str) -> Path:
+        """A file beside the result (``.html``, ``-figure.png``): checked like the result itself."""
+        other = self.path.with_name(self.path.stem + suffix)
+        if other.exists() and not self.force:
+            raise ValueError(f"{other} exists: pass --force to replace it, or choose another --out")
+        return other
+
+
+def read_partial(path) -> tuple[dict | None, list[dict]]:
+    """(head, rows) of a partial file: what an interrupted run had finished."""
+    head, rows = None, []
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        if "head" in item:
+            head = item["head"]
+        elif "row" in item:
+            rows.append(item["row"])
+    return head, rows

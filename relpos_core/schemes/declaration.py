@@ -1,0 +1,219 @@
+"""What a scheme file declares, once: ``SCHEME = Scheme(...)``.
+
+Book: the list of schemes in every chapter table, the benchmark, the decoder and the lab
+are all read from these declarations (CONTRIBUTING.md, "Adding a scheme"); chapter 1's
+sign-convention table is built from them (chapters/01_why_relative_positions.ipynb).
+
+A scheme file in ``relpos_core/schemes`` (one per scheme; ``relpos_core.schemes`` finds
+it by itself) holds the scheme's maths (its ``position_term`` built from the pieces of
+``relpos_core.terms``), a ``PositionModule`` that owns its learned tables inside a model
+and returns each layer's term (the x-transformers pattern), and a ``Scheme`` record with
+everything the rest of the library needs to know about it:
+
+* who: ``name`` (the registry's name), ``display`` (figures and tables) and ``short`` (crowded
+  figures), ``paper`` and
+  ``cite`` (the key in references.bib), ``chapter`` (the notebook that teaches it);
+* its offsets: ``convention`` ("key_minus_query", "query_minus_key" or "none") and
+  ``formula`` (the sign-convention table of chapter 1 is built from these);
+* how it enters attention: ``injects`` (input, scalar on the logit, vector on the
+  logit, output, rotation of q and k, nothing) and ``causal_only``;
+* its distance parameter (``Distance``): which option it is and what the benchmark's
+  presets give it, so no preset needs a per-scheme value;
+* ``example(num_heads, head_dim, k, *, device, dtype, generator, **options)``: a term with
+  random tables (the registry, the benchmark, the memory ledger on the meta device);
+* ``options``: the dataclass of the module's settings (defaults included) and ``module``:
+  the ``PositionModule`` subclass; ``variants``: named settings that behave like a
+  scheme of their own (Shaw with the key table only is ``shaw_key``);
+* ``caches``: what a KV cache keeps per token for it (chapter 7's table), and
+  ``not_decoded``: why a decoder cannot use it (None when it can);
+* ``benchmark_module`` (optional): the Hugging Face module of the scheme and the same
+  module with its attention on ``rp.attend`` (``BenchmarkModule``), which the benchmark
+  times side by side.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from relpos_core._validate import check_choice, check_int
+
+__all__ = ["Scheme", "Variant", "Distance", "ModelShape", "PositionModule", "BenchmarkModule", "INJECTS",
+           "PRESET_SIZES", "make_options"]
+
+INJECTS = ("nothing", "input", "scalar on the logit", "vector on the logit", "output", "rotation of q and k")
+CONVENTIONS = ("key_minus_query", "query_minus_key", "none")
+PRESET_SIZES = ("small", "medium", "large")  # the benchmark's quick, cpu and gpu presets
+
+
+@dataclass(frozen=True)
+class Distance:
+    """A scheme's distance parameter: the option it is, what it means, and what presets give it.
+
+    ``small``, ``medium``, ``large``: the value for the benchmark's quick, cpu and gpu
+    presets. ``follows_length``: the parameter is the sequence length itself (one row per
+    distance: Transformer-XL, the Music Transformer), whatever the preset.
+    """
+
+    name: str
+    meaning: str
+    small: int = 4
+    medium: int = 16
+    large: int = 64
+    follows_length: bool = False
+    minimum: int = 1
+
+    def for_preset(self, size: str, length: int) -> int:
+        """The value a preset of ``size`` uses at sequence length ``length``."""
+        check_choice("size", size, PRESET_SIZES)
+        if self.follows_length:
+            return max(self.minimum, check_int("length", length, min_value=1))
+        return max(self.minimum, getattr(self, size))
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a position module needs to know of the model it sits in."""
+
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    d_model: int
+    causal: bool
+    max_positions: int  # the longest sequence (or cache) the model is built for
+
+
+class PositionModule(nn.Module):
+    """A scheme's learned tables for one whole model, and each layer's position term.
+
+    Subclasses take ``(shape: ModelShape, options)`` and override what they need:
+
+    * ``embed(h, positions)``: position added to the token embeddings (absolute schemes);
+    * ``term(layer, attention)``: the layer's ``PositionTerm`` (None: no term), built
+      from the current weights; ``attention`` is the layer's attention module (its
+      ``wq``, ``wk`` projections: DeBERTa projects its shared table with them);
+    * ``run_blocks(blocks, h, run)``: how the model's blocks are applied (DeBERTa's
+      Enhanced Mask Decoder re-runs the last one); ``run(block, h, query=None)``;
+    * ``init_parameters(generator)``: draw every parameter (default N(0, 0.02)).
+    """
+
+    def __init__(self, shape: ModelShape, options):
+        super().__init__()
+        self.shape = shape
+        self.options = options
+
+    def embed(self, h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return h  # (B, n, D)
+
+    def term(self, layer: int, attention: nn.Module):
+        return None
+
+    def run_blocks(self, blocks, h: torch.Tensor, run) -> torch.Tensor:
+        for block in blocks:
+            h = run(block, h)
+        return h
+
+    @torch.no_grad()
+    def init_parameters(self, generator: torch.Generator) -> None:
+        for p in self.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
+
+
+@dataclass(frozen=True)
+class BenchmarkModule:
+    """A Hugging Face module (built from a config, random weights) and what the same module needs to run
+    its attention on ``rp.attend`` (the benchmark calls ``rp.attend`` itself).
+
+    ``hf(hidden)``: the module's output (B, L, H d) for hidden states (B, L, H d);
+    ``prepare(hidden)``: (q, k, v, term) from the module's own projections and tables;
+    ``finish(ctx, hidden)``: the module's output from the attention's (B, H, L, d) result.
+    """
+
+    label: str
+    hf: Callable
+    prepare: Callable
+    finish: Callable
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Named settings of a scheme that the registry, the benchmark and the lab treat as a scheme.
+
+    ``model_only``: the variant changes the model around attention (a learned absolute
+    table instead of a sinusoid, DeBERTa's Enhanced Mask Decoder), not the attention call
+    itself: it is a model of its own (decoder, lab) but not a kernel path of its own.
+    """
+
+    name: str
+    display: str
+    options: dict
+    summary: str = ""
+    model_only: bool = False
+    short: str = ""  # a compact label for crowded figures (default: ``display``)
+    color: str = ""  # the book's colour for it, ``#rrggbb`` (default: the family's)
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """Everything the library knows about one scheme (module docstring)."""
+
+    name: str
+    display: str
+    paper: str
+    cite: str | None
+    chapter: str | None
+    convention: str
+    formula: str
+    code: str
+    injects: str
+    summary: str
+    example: Callable
+    options: type
+    module: type
+    distance: Distance | None = None
+    causal_only: bool = False
+    caches: str = "keys and values"
+    not_decoded: str | None = None
+    variants: tuple = ()
+    order: int = 100
+    benchmark_module: Callable | None = None
+    short: str = ""  # a compact label for crowded figures (default: ``display``)
+    color: str = "#8c8c8c"  # the one colour every figure of the book gives it, ``#rrggbb``
+
+    def __post_init__(self):
+        check_choice("convention", self.convention, CONVENTIONS)
+        for item in (self,) + tuple(self.variants):
+            if item.color and not re.fullmatch(r"#[0-9a-f]{6}", item.color):
+                raise ValueError(f"{item.name}: color must be '#rrggbb' in lower case, got {item.color!r}")
+        check_choice("injects", self.injects, INJECTS)
+        if not dataclasses.is_dataclass(self.options):
+            raise ValueError(f"{self.name}: options must be a dataclass type, got {self.options!r}")
+        if not (isinstance(self.module, type) and issubclass(self.module, PositionModule)):
+            raise ValueError(f"{self.name}: module must be a PositionModule subclass, got {self.module!r}")
+        if self.distance is not None and self.distance.name not in {f.name for f in dataclasses.fields(self.options)}:
+            raise ValueError(f"{self.name}: the distance parameter {self.distance.name!r} must be an option")
+
+    def names(self) -> tuple[str, ...]:
+        """The scheme's registry names: its own and its variants'."""
+        return (self.name,) + tuple(v.name for v in self.variants)
+
+    def variant(self, name: str) -> Variant | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+
+def make_options(scheme: Scheme, overrides: dict | None = None, *, variant: Variant | None = None):
+    """The scheme's options dataclass: defaults, then the variant's settings, then ``overrides``.
+
+    An unknown option name is a ValueError that lists the scheme's options.
+    """
+    values = dict(variant.options if variant is not None else {})
+    values.update(overrides or {})
+    known = {f.name for f in dataclasses.fields(scheme.options)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"position options {unknown} are not options of {scheme.name}: it has {sorted(known)}")
+    return scheme.options(**values)
