@@ -514,7 +514,7 @@ def test_figure_script_hides_the_toolbar_and_follows_the_colour_mode():
 def test_benchmark_figures_fit_a_screen_with_their_slider():
     from pathlib import Path
 
-    run = rp.figures.bench.read_result(Path(__file__).resolve().parents[1] / "data" / "bench-cpu.json")
+    run = rp.figures.bench.read_result(rp.resources.path("bench-cpu.json"))
     cap = rp.figures.style.MAX_HEIGHT
     assert rp.figures.bench.scheme_slider(run).static_figure().layout.height <= cap
     exponents = rp.figures.bench.exponent_slider(run).static_figure()
