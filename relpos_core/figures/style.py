@@ -2,9 +2,8 @@
 plot chrome every figure shares.
 
 Every figure that draws several schemes asks :func:`scheme_color` and
-:func:`scheme_label`; nothing else in the package reads the table below (a later
-change will read both from each scheme's own declaration file, and only these two
-functions will change).
+:func:`scheme_label`, which read each scheme's declaration (``color`` and ``display``
+in ``relpos_core/schemes/<name>.py``): a new scheme brings its own colour.
 
 The colours are chosen to be told apart by readers with any of the three common
 colour-vision deficiencies and to read on the book's light and dark backgrounds:
@@ -19,38 +18,18 @@ colour-vision deficiencies and to read on the book's light and dark backgrounds:
   its family's hue or a colour of its own; a figure that shows a variant next to its
   family also varies the dash or the marker, as the chapters do.
 
-Pure Python: no plotly import here.
+No plotly import here.
 """
 from __future__ import annotations
 
 import re
 
+from relpos_core import schemes
+
 __all__ = ["scheme_color", "scheme_label", "readable", "MAX_TRACES", "MAX_HEIGHT", "NEUTRAL", "SERIES_COLORS",
            "THEMES"]
 
-# registry name -> (colour, display name); read only through scheme_color / scheme_label
-_SCHEMES: dict[str, tuple[str, str]] = {
-    "none": ("#8c8c8c", "no position"),
-    "absolute": ("#999933", "absolute (sinusoidal)"),
-    "sinusoidal": ("#999933", "sinusoidal (absolute)"),
-    "learned": ("#9467bd", "learned (absolute)"),
-    "shaw": ("#d55e00", "Shaw (key + value)"),
-    "shaw_key": ("#e8875a", "Shaw (key only)"),
-    "music_transformer": ("#b5462a", "Music Transformer"),
-    "transformer_xl": ("#56b4e9", "Transformer-XL"),
-    "t5": ("#e69f00", "T5 buckets"),
-    "deberta": ("#ee3377", "DeBERTa"),
-    "alibi": ("#117733", "ALiBi"),
-    "rope": ("#0072b2", "RoPE"),
-    # room for the schemes still to come
-    "kerple_log": ("#44aa99", "KERPLE (log)"),
-    "kerple_power": ("#5fb38f", "KERPLE (power)"),
-    "fire": ("#aa4499", "FIRE"),
-    "xpos": ("#6b8fd6", "xPos"),
-    "randomized": ("#cc6677", "randomized positions"),
-}
-
-# other spellings the book and the lab use for the same schemes
+# other spellings the lab and older notebooks use for the same schemes
 _ALIASES = {"shaw_kv": "shaw", "shaw_k": "shaw_key", "txl": "transformer_xl"}
 
 #: the most traces (lines, bar series) one plot should show; helpers warn beyond it
@@ -70,29 +49,30 @@ SERIES_COLORS = ("#0072b2", "#e69f00", "#117733", "#ee3377", "#56b4e9", "#d55e00
                  "#999933", "#9467bd")
 
 
-def _entry(name: str) -> tuple[str, str]:
+def _entry(name: str):
+    """The registry entry of scheme ``name``: its declaration gives the colour and the label."""
     if not isinstance(name, str):
         raise ValueError(f"name must be a scheme's registry name (a string), got {type(name).__name__}")
     key = _ALIASES.get(name, name)
-    if key not in _SCHEMES:
-        raise ValueError(f"name must be a scheme's registry name, one of {sorted(_SCHEMES)}; got {name!r}")
-    return _SCHEMES[key]
+    if key not in schemes.names():
+        raise ValueError(f"name must be a scheme's registry name, one of {sorted(schemes.names())}; got {name!r}")
+    return schemes.lookup(key)
 
 
 def scheme_color(name: str) -> str:
     """The one colour (``#rrggbb``) the whole book uses for scheme ``name`` (a registry
     name such as ``"rope"``, ``"t5"``, ``"shaw_key"``)."""
-    return _entry(name)[0]
+    return _entry(name).color
 
 
 def scheme_label(name: str) -> str:
     """The name a reader sees for scheme ``name`` ("RoPE", "T5 buckets", "Shaw (key only)")."""
-    return _entry(name)[1]
+    return _entry(name).display
 
 
 def known_schemes() -> tuple[str, ...]:
     """Every registry name :func:`scheme_color` knows (aliases excluded)."""
-    return tuple(_SCHEMES)
+    return tuple(schemes.names())
 
 
 # -- plot chrome for the book's light and dark themes ------------------------------------
