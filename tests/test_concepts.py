@@ -14,10 +14,12 @@ def test_entry_points_come_from_the_position_terms():
     assert entries["t5"] == ["scalar"] and entries["alibi"] == ["scalar"]
     assert entries["shaw"] == ["vector", "output"]  # key and value vectors
     assert entries["transformer_xl"] == ["vector"] and entries["deberta"] == ["vector"]
-    assert "shaw_key" not in entries and "none" not in entries
+    assert entries["kerple_log"] == ["scalar"] and entries["fire"] == ["scalar"]  # a function of the offset
+    assert entries["xpos"] == ["rotary"]
+    assert set(entries) == set(rp.schemes.SCHEMES) - {"none"}  # every declared scheme, no variant
     fig = concepts.entry_points_figure(entries)
     texts = {a.text for a in fig.layout.annotations}
-    assert {"RoPE", "T5", "ALiBi", "Shaw", "Transformer-XL", "DeBERTa", "absolute"} <= texts
+    assert {rp.schemes.lookup(s).short for s in entries} <= texts
     with pytest.raises(ValueError, match="stages that do not exist"):
         concepts.entry_points_figure({"rope": ["nowhere"]})
 

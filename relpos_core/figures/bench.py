@@ -21,6 +21,8 @@ import json
 import math
 from pathlib import Path
 
+from relpos_core import schemes
+
 from ._plotly import attach_narrow, plotly_modules
 from .style import MAX_HEIGHT, NEUTRAL, scheme_label
 
@@ -34,12 +36,10 @@ FORM_COLORS = {"none": NEUTRAL, "naive": "#d55e00", "gather": "#009e73", "skew":
 BACKEND_DASH = {"eager": "dot", "sdpa": "solid", "flex": "dash", "transformers": "dashdot"}
 BACKEND_SYMBOL = {"eager": "square", "sdpa": "circle", "flex": "diamond", "transformers": "star"}
 MIB = 2**20
-#: the schemes' names as the book writes them (``style.scheme_label``)
-DISPLAY = {s: scheme_label(s) for s in ("none", "rope", "alibi", "t5", "shaw", "shaw_key", "deberta",
-                                        "transformer_xl")}
-#: names short enough for a slider's steps on a phone
-SHORT = {"none": "no bias", "rope": "RoPE", "alibi": "ALiBi", "t5": "T5", "shaw": "Shaw", "shaw_key": "Shaw key",
-         "deberta": "DeBERTa", "transformer_xl": "TXL"}
+#: the schemes' names as the book writes them (``style.scheme_label``: each declaration's ``display``)
+DISPLAY = {s: scheme_label(s) for s in schemes.names()}
+#: names short enough for a slider's steps on a phone (each declaration's ``short``)
+SHORT = {s: schemes.lookup(s).short for s in schemes.names()}
 
 
 def _key_legend(fig, forms, backends) -> None:

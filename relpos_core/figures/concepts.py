@@ -30,6 +30,8 @@ from typing import Mapping, Sequence
 
 import torch
 
+from relpos_core import schemes
+
 from .._validate import check_int, check_positive_int
 from ._plotly import plotly_modules
 
@@ -54,10 +56,11 @@ STAGES = (
 
 #: the stage of each piece a position term is made of (``relpos_core.terms``)
 PIECE_STAGE = {"rotary": "rotary", "query_vectors": "vector", "key_vectors": "vector",
-               "scalar_table": "scalar", "scalar_slopes": "scalar", "value_vectors": "output"}
+               "scalar_table": "scalar", "scalar_slopes": "scalar", "scalar_function": "scalar",
+               "pair_scalar": "scalar", "value_vectors": "output"}
 
-LABELS = {"absolute": "absolute", "shaw": "Shaw", "t5": "T5", "alibi": "ALiBi", "rope": "RoPE",
-          "transformer_xl": "Transformer-XL", "deberta": "DeBERTa"}
+#: each scheme's compact label (its declaration's ``short``)
+LABELS = {name: schemes.lookup(name).short for name in schemes.names()}
 
 
 def _colour(scheme: str) -> str:
@@ -99,15 +102,16 @@ def _arrow(fig, x0, y0, x1, y1, *, xref="x", yref="y", colour=GREY) -> None:
 def position_entry_points() -> dict[str, list[str]]:
     """Scheme -> the stages of :data:`STAGES` where its position signal enters.
 
-    Read from each scheme's position term in ``rp.registry`` (its pieces, mapped by
-    :data:`PIECE_STAGE`); absolute positions, which have no term, enter at the input.
-    ``shaw_key`` (Shaw's key term alone) is left out: it is part of ``shaw``.
+    Read from the position term of each declared scheme (``relpos_core.schemes``; its
+    pieces, mapped by :data:`PIECE_STAGE`); absolute positions, which have no term, enter
+    at the input. Variants (``shaw_key``, ``kerple_power``, ...) are left out: each enters
+    where its scheme does.
     """
     from relpos_core import registry
 
     entries = {"absolute": ["input"]}
-    for scheme in registry.scheme_names():
-        if scheme in ("none", "shaw_key"):
+    for scheme in schemes.SCHEMES:
+        if scheme in ("none", "absolute"):
             continue
         term = registry.example_term(scheme, num_heads=2, head_dim=8, k=4, device="meta")
         stages = [PIECE_STAGE[piece] for piece in term.pieces()]
