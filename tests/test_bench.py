@@ -334,7 +334,7 @@ def test_the_default_output_is_outside_the_package_and_data(tmp_path, monkeypatc
     (["--budget", "inf"], "--budget", "[1, 2**62]"),
     (["--budget", "-1"], "--budget", "[1, 2**62]"),
     (["--budget", "0"], "--budget", "[1, 2**62]"),
-    (["--device", "meta"], "--device", "'cpu' or 'cuda[:N]'"),
+    (["--device", "meta"], "--device", "'cpu', 'cuda' or 'cuda:N', got 'meta'"),
     (["--device", "cuda"], "--device", "torch.cuda.is_available() is False"),
     (["--gpu"], "--device", "torch.cuda.is_available() is False"),
     (["--threads", "0"], "--threads", "must be an integer in [1,"),

@@ -34,12 +34,7 @@ SINKS, WINDOW = 2, 3
 DECODED = dec.SCHEMES
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _position(scheme, max_positions=24):

@@ -20,12 +20,7 @@ YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings":
 SIZES = dict(d_model=64, num_heads=4, kv_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _pair(q_lora_rank, scaling, base=10000.0):

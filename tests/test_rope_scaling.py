@@ -245,12 +245,7 @@ def test_every_rope_path_uses_the_scaling(name, path):
 T, VOCAB = 12, 32
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _model(name, layers=2):

@@ -125,9 +125,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.error(f"argument --device: {e}")
     if args.threads is not None and args.device.type != "cpu":
         ap.error("argument --threads: applies to CPU runs only")
-    args.output = Output.from_argument(args.out, tool=f"bench-{_slug(args.device)}", force=args.force)
+    args.output = Output.for_command_line(ap, args.out, tool=f"bench-{_slug(args.device)}", force=args.force)
     try:
-        args.output.check()
         args.page = None if args.no_figures else args.output.sibling(".html")
     except ValueError as e:
         ap.error(f"argument --out: {e}")

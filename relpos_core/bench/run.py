@@ -42,6 +42,7 @@ from relpos_core.bench.presets import FLEX_FALLBACK_OPTIONS, SCHEMA, resolve_pre
 from relpos_core.budget import MAX_BUDGET, MemoryBudgetError, memory_budget
 from relpos_core.kernels import flex
 from relpos_core.measure.backends import detect_sdpa_backend
+from relpos_core.measure.device import check_device
 from relpos_core.measure.memory import measure_peak_memory
 from relpos_core.measure.profile import batched_cpu_profile
 from relpos_core.measure.timing import _sync, burst, interleaved
@@ -58,25 +59,6 @@ class _Timed:
     fn: Callable
     iters: int
     samples: list = field(default_factory=list)
-
-
-def check_device(text) -> torch.device:
-    """cpu, or cuda[:N] with a CUDA device present; anything else is a ValueError."""
-    try:
-        device = torch.device(text)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {text!r} ({e})") from None
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {text!r}")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {text!r} asks for CUDA, but torch.cuda.is_available() is False "
-                             f"(torch {torch.__version__}); run on a GPU machine or use --device cpu")
-        index = device.index or 0
-        if index >= torch.cuda.device_count():
-            raise ValueError(f"device {text!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-        device = torch.device("cuda", index)
-    return device
 
 
 def public_row(row: dict) -> dict:

@@ -278,11 +278,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if not args.bench:
         parser.error("nothing to do: pass --bench")
-    output = Output.from_argument(args.out, tool=f"kv-decode-{args.preset}", force=args.force)
-    try:
-        output.check()
-    except ValueError as err:
-        parser.error(f"argument --out: {err}")
+    output = Output.for_command_line(parser, args.out, tool=f"kv-decode-{args.preset}", force=args.force)
     output.begin(dict(preset=args.preset, command=" ".join(sys.argv)))
     result = run_decode_benchmark(args.preset, device=args.device, schemes=args.schemes, backends=args.backends,
                                   contexts=args.contexts, compiled=not args.eager_flex, threads=args.threads,

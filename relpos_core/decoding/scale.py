@@ -260,11 +260,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--out", default=None, help="JSON file (default: a new file under ./relpos-results/)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
     args = parser.parse_args(argv)
-    output = Output.from_argument(args.out, tool=f"kv-scale-{args.preset}", force=args.force)
-    try:
-        output.check()
-    except ValueError as err:
-        parser.error(f"--out {err}")
+    output = Output.for_command_line(parser, args.out, tool=f"kv-scale-{args.preset}", force=args.force)
     output.begin(dict(preset=args.preset, command=" ".join(sys.argv)))
     rows = []
 

@@ -21,7 +21,7 @@ import os
 
 import torch
 
-__all__ = ["DeviceChoice", "pick", "flex_compiles", "sdpa_fused"]
+__all__ = ["DeviceChoice", "check_device", "pick", "flex_compiles", "sdpa_fused"]
 
 _FUSED = {"flash": "fused (flash)", "efficient": "fused (memory-efficient)", "cudnn": "fused (cuDNN)"}
 
@@ -47,11 +47,9 @@ def _cpu_name() -> str:
     return device_name("cpu")
 
 
-def pick(device=None) -> DeviceChoice:
-    """CUDA when available (else the CPU), or ``device`` ("cpu", "cuda", "cuda:1", a
-    ``torch.device``); the dtype to measure in; and a sentence saying what ran."""
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+def check_device(device) -> torch.device:
+    """``device`` ("cpu", "cuda", "cuda:N" or a ``torch.device``) as a ``torch.device`` this
+    machine has (a bare "cuda" gets the current index); anything else is a ValueError naming it."""
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as err:
@@ -60,12 +58,22 @@ def pick(device=None) -> DeviceChoice:
         raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {str(device)!r}")
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError("device is cuda but torch.cuda.is_available() is False: pass device='cpu' "
-                             "(or None, which picks the CPU here)")
+            raise ValueError(f"device {str(device)!r} asks for CUDA, but torch.cuda.is_available() is False "
+                             f"(torch {torch.__version__}): use the CPU or run on a GPU machine")
         index = torch.cuda.current_device() if device.index is None else device.index
         if not 0 <= index < torch.cuda.device_count():
             raise ValueError(f"device index must be in 0..{torch.cuda.device_count() - 1}, got {index}")
         device = torch.device("cuda", index)
+    return device
+
+
+def pick(device=None) -> DeviceChoice:
+    """CUDA when available (else the CPU), or ``device`` ("cpu", "cuda", "cuda:1", a
+    ``torch.device``); the dtype to measure in; and a sentence saying what ran."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = check_device(device)
+    if device.type == "cuda":
         capability = tuple(torch.cuda.get_device_capability(device))
         name = torch.cuda.get_device_name(device)
         sm = f"sm{capability[0]}{capability[1]}"
