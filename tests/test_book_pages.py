@@ -233,9 +233,11 @@ A_PAPERS = re.compile(r"\s*(?:of|in)\s+(?:\{cite|the paper|[A-Z][\w-]+ et al\.)"
 
 
 def prose(text: str) -> str:
-    """Markdown without code: fenced code blocks, ``{code-cell}`` blocks and inline code
-    (a role's target, as in ``{doc}`07_the_kv_cache```, is code here too)."""
+    """Markdown without code: fenced code blocks, ``{code-cell}`` blocks and inline code.
+    A role's target is code too; the title a link shows is prose
+    ({doc}`chapter 2 <02_shaw_and_skew>` reads "chapter 2")."""
     text = re.sub(r"^(```+|~~~+)(?!\{(?!code)).*?^\1\s*$", "", text, flags=re.M | re.S)
+    text = re.sub(r"\{(?:doc|ref|numref)\}`([^`<]*)<[^`]*>`", r"\1", text)
     return re.sub(r"`[^`]*`", "``", text)
 
 
@@ -254,6 +256,7 @@ def test_typed_numbers_are_found():
                              "`chapter 7` in code; {doc}`the KV cache <07_the_kv_cache>`")
     assert not typed_numbers("```python\n# chapter 7\n```\n")
     assert typed_numbers(":::{admonition} Note\nchapter 7\n:::")
+    assert typed_numbers("{doc}`chapter 2 <02_shaw_and_skew>`")
 
 
 @pytest.mark.parametrize("path", every_page("typed numbers"))
