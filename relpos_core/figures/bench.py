@@ -1,6 +1,6 @@
 """Figures of a benchmark run (``python -m relpos_core.bench``): the book and the benchmark share them.
 
-Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). Every function reads
+Book: "What it costs" (chapters/08_what_it_costs.ipynb). Every function reads
 the result dict the benchmark writes as JSON (``read_result``); nothing is re-measured.
 
 * ``scheme_figure``: small multiples for one scheme, time, measured peak memory and time
@@ -30,7 +30,7 @@ __all__ = ["read_result", "path_style", "scheme_figure", "scheme_slider", "expon
            "analytic_bytes_figure", "report_html", "FORM_COLORS", "BACKEND_DASH"]
 
 # colour = the kernel form of a path (how the position term is computed), the same in
-# every figure of chapter 8; colour-blind-safe (Okabe and Ito), told apart by dash and
+# every figure of chapters/08_what_it_costs.ipynb; colour-blind-safe (Okabe and Ito), told apart by dash and
 # marker too
 FORM_COLORS = {"none": NEUTRAL, "naive": "#d55e00", "gather": "#009e73", "skew": "#0072b2", "hf": "#cc79a7"}
 BACKEND_DASH = {"eager": "dot", "sdpa": "solid", "flex": "dash", "transformers": "dashdot"}
