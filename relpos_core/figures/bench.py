@@ -30,7 +30,7 @@ __all__ = ["read_result", "path_style", "scheme_figure", "scheme_slider", "expon
            "analytic_bytes_figure", "report_html", "FORM_COLORS", "BACKEND_DASH"]
 
 # colour = the kernel form of a path (how the position term is computed), the same in
-# every figure of chapters/08_what_it_costs.ipynb; colour-blind-safe (Okabe and Ito), told apart by dash and
+# every figure of the costs chapter; colour-blind-safe (Okabe and Ito), told apart by dash and
 # marker too
 FORM_COLORS = {"none": NEUTRAL, "naive": "#d55e00", "gather": "#009e73", "skew": "#0072b2", "hf": "#cc79a7"}
 BACKEND_DASH = {"eager": "dot", "sdpa": "solid", "flex": "dash", "transformers": "dashdot"}

@@ -161,7 +161,7 @@ def entry_points_figure(entries: Mapping[str, Sequence[str]] | None = None, *, h
     return fig
 
 
-# ----------------------------------------------------------------------------- 06_rope_and_alibi
+# ---------------------------------------------------------------------- 06_rope_and_alibi
 
 
 def rope_rotation(pairs: Sequence[tuple[int, int]] = ((1, 3), (6, 8)), *, q_angle: float = 0.3,
@@ -220,7 +220,7 @@ def rope_rotation(pairs: Sequence[tuple[int, int]] = ((1, 3), (6, 8)), *, q_angl
     return fig
 
 
-# ------------------------------------------------------------------------------ 02_shaw_and_skew
+# ----------------------------------------------------------------------- 02_shaw_and_skew
 
 
 def skew_steps(L: int = 4, *, height: int = 440):
@@ -277,7 +277,7 @@ def skew_steps(L: int = 4, *, height: int = 440):
     return fig
 
 
-# ----------------------------------------------------------------------------- 04_transformer_xl
+# ---------------------------------------------------------------------- 04_transformer_xl
 
 
 def memory_reach(*, num_layers: int, segment: int, memory: int, segments: int) -> torch.Tensor:
@@ -355,7 +355,7 @@ def memory_reach_figure(reach: torch.Tensor, *, segment: int, height: int | None
     return fig
 
 
-# ------------------------------------------------------------------------------------ 05_deberta
+# ----------------------------------------------------------------------------- 05_deberta
 
 
 def emd_flow(emd, last_layer, *, height: int = 560):
