@@ -225,9 +225,10 @@ def test_admonitions_carry_their_own_title(path):
 
 
 # "chapter 7", "Chapters 2 to 6", "Figure 8.2", "table 9.1", "Fig. 3": a number the build
-# assigns, typed by hand. Not "2.4 times" or "Table 2 of {cite:t}`...`" (a paper's own table).
+# assigns, typed by hand. Not "table 2.4 times", "the learned table 0.61" (a value) or
+# "Table 2 of {cite:t}`...`" (a paper's own table).
 TYPED_NUMBER = re.compile(
-    r"\b(?:chapters?|chap\.|ch\.|figures?|figs?\.|tables?|tbls?\.)\s+\d+[a-z]?(?:\.\d+)?\b"
+    r"\b(?:chapters?|chap\.|ch\.|figures?|figs?\.|tables?|tbls?\.)\s+(?!0)\d+[a-z]?(?:\.\d+)?\b"
     r"(?!\.?\d|\s*(?:times\b|x\b|×|%))", re.I)
 A_PAPERS = re.compile(r"\s*(?:of|in)\s+(?:\{cite|the paper|[A-Z][\w-]+ et al\.)")
 
@@ -253,6 +254,7 @@ def test_typed_numbers_are_found():
         "see chapter 7 and Figure 8.2, Chapters 2 to 6, table 9.1"[max(0, s - 30):e + 10]
         for s, e in ((4, 13), (18, 28), (30, 40), (47, 56))]
     assert not typed_numbers("T5's table 2.4 times; Table 2 of {cite:t}`press2022alibi`; "
+                             "the learned absolute table 0.61; "
                              "`chapter 7` in code; {doc}`the KV cache <07_the_kv_cache>`")
     assert not typed_numbers("```python\n# chapter 7\n```\n")
     assert typed_numbers(":::{admonition} Note\nchapter 7\n:::")
