@@ -259,6 +259,20 @@ def test_typed_numbers_are_found():
     assert not typed_numbers("```python\n# chapter 7\n```\n")
     assert typed_numbers(":::{admonition} Note\nchapter 7\n:::")
     assert typed_numbers("{doc}`chapter 2 <02_shaw_and_skew>`")
+    cell = {"cell_type": "code", "source": ['rp.figures.table(md, name="tbl-x", caption="As in "\n',
+                                            '    f"Table {n}.1, chapter 3")']}
+    assert code_captions(cell) == ["As in Table .1, chapter 3"] and typed_numbers(code_captions(cell)[0])
+
+
+def code_captions(cell: dict) -> list[str]:
+    """The text of every ``caption=`` a code cell passes (``rp.figures.table``): the
+    string pieces of the argument, f-string parts included."""
+    if cell["cell_type"] != "code":
+        return []
+    code = "\n".join(re.sub(r"^(\s*)[%!].*", r"\1pass", line) for line in source(cell).splitlines())
+    return ["".join(s.value for s in ast.walk(k.value) if isinstance(s, ast.Constant) and isinstance(s.value, str))
+            for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Call)
+            for k in node.keywords if k.arg == "caption"]
 
 
 @pytest.mark.parametrize("path", every_page("typed numbers"))
@@ -267,6 +281,7 @@ def test_chapters_figures_and_tables_are_links_not_typed_numbers(path):
     # {doc}`07_the_kv_cache` / {doc}`the KV-cache chapter <07_the_kv_cache>` and {numref}
     texts = [markdown(path)] + [figure_options(c).get("caption", "") for c in cells(path)
                                 if figure_options(c)]
+    texts += [text for c in cells(path) for text in code_captions(c)]
     found = [hit for text in texts for hit in typed_numbers(text)]
     assert not found, f"{path.name}: a typed chapter/figure/table number (use {{doc}}/{{numref}}): {found[:4]}"
 
