@@ -11,9 +11,15 @@ label the bibliography by author and year.
 * The bibliography (``bibliography.md``, sphinxcontrib-bibtex) lists each paper under
   the label the text cites it by, "Vaswani et al., 2017", instead of pybtex's
   alphabetic "VSP+17": the pybtex style ``relpos`` (``bibtex_default_style``).
+* A numbered table's caption stays put when a wide table scrolls sideways: the theme
+  wraps every table in a scroll box (``pst-scrollable-table-container``) with its
+  ``<caption>`` inside; each page's HTML is rewritten so that the caption sits above
+  the box, in a ``div.relpos-table`` that takes the table's id (a link to the table
+  lands on its caption) and names the caption as the table's label.
 """
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -72,14 +78,59 @@ def _copy_assets(app, exception) -> None:
                 shutil.copyfile(path, target)
 
 
+_SCROLL_BOX = '<div class="pst-scrollable-table-container">'
+_CAPTIONED = re.compile(r'\s*<table(?P<attrs>[^>]*)>\s*<caption>(?P<caption>.*?)</caption>', re.S)
+_ID = re.compile(r'\sid="([^"]+)"')
+
+
+def captions_outside_scroll_boxes(body: str) -> str:
+    """``body`` with each captioned table's caption moved out of its scroll box:
+    ``<div class="relpos-table" id=ID><div class="caption relpos-table-caption" id=ID-caption>
+    CAPTION</div><div class="pst-scrollable-table-container"><table aria-labelledby=ID-caption>
+    ...</table></div></div>``. Tables without a caption are left as they are."""
+    out, at = [], 0
+    while True:
+        start = body.find(_SCROLL_BOX, at)
+        if start < 0:
+            break
+        inner = start + len(_SCROLL_BOX)
+        table = _CAPTIONED.match(body, inner)
+        end = body.find("</table>", inner)
+        close = body.find("</div>", end) if end >= 0 else -1
+        if table is None or end < 0 or close < 0:
+            out.append(body[at:inner])
+            at = inner
+            continue
+        attrs = table.group("attrs")
+        found = _ID.search(attrs)
+        table_id = found.group(1) if found else None
+        attrs = _ID.sub("", attrs)
+        label = f"{table_id}-caption" if table_id else None
+        wrapper = f'<div class="relpos-table"{f" id={chr(34)}{table_id}{chr(34)}" if table_id else ""}>'
+        caption = (f'<div class="caption relpos-table-caption"{f" id={chr(34)}{label}{chr(34)}" if label else ""}>'
+                   f'{table.group("caption")}</div>')
+        labelled = f' aria-labelledby="{label}"' if label else ""
+        out.append(body[at:start])
+        out.append(f"{wrapper}{caption}{_SCROLL_BOX}<table{attrs}{labelled}>")
+        out.append(body[table.end():close + len("</div>")])
+        out.append("</div>")
+        at = close + len("</div>")
+    out.append(body[at:])
+    return "".join(out)
+
+
+def _move_table_captions(app, pagename, templatename, context, doctree) -> None:
+    if "body" in context:
+        context["body"] = captions_outside_scroll_boxes(context["body"])
+
+
 def _register_bibliography_style() -> None:
     from pybtex.plugin import register_plugin
     from pybtex.style.formatting.unsrt import Style as UnsrtStyle
     from pybtex.style.labels import BaseLabelStyle
 
     class AuthorYearLabels(BaseLabelStyle):
-        """"Vaswani et al., 2017"; the same authors in the same year get 2024a, 2024b, ...
-        (in the bibliography's order), so that no two entries share a label."""
+        """ "He et al., 2021"; two papers with the same label become "2021a" and "2021b"."""
 
         def format_labels(self, sorted_entries):
             labels = []
@@ -90,7 +141,7 @@ def _register_bibliography_style() -> None:
                     f"{names[0]} and {names[1]}" if len(names) == 2 else f"{names[0]} et al."
                 )
                 labels.append(f"{who}, {entry.fields.get('year', 'n.d.')}")
-            seen = {}
+            seen: dict[str, int] = {}
             for label in labels:
                 if labels.count(label) == 1:
                     yield label
@@ -111,4 +162,5 @@ def setup(app):
     app.add_js_file(PLOTLY_JS)
     app.connect("config-inited", _use_local_mathjax)
     app.connect("build-finished", _copy_assets)
+    app.connect("html-page-context", _move_table_captions)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

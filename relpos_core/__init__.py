@@ -13,9 +13,11 @@ closes a circle):
    time, the path guard, SDPA backend detection);
 5. ``rp.attend``: the one entry point;
 6. ``rp.models`` (one transformer for every scheme) and ``rp.cache`` (its KV cache);
-   ``rp.mla`` (multi-head latent attention and its cache of latents, chapter 7b);
-7. on top: ``rp.decoding`` (chapter 7), ``rp.lab`` (chapter 10), ``rp.failures``
-   (chapter 9), ``rp.figures`` (plotly and ipywidgets load lazily), ``rp.resources``
+   ``rp.mla`` (multi-head latent attention and its cache of latents,
+   chapters/07b_kv_cache_at_scale.ipynb);
+7. on top: ``rp.decoding`` (chapters/07_the_kv_cache.ipynb), ``rp.lab``
+   (chapters/10_experiments.ipynb), ``rp.failures`` (chapters/09_failure_modes.ipynb),
+   ``rp.figures`` (plotly and ipywidgets load lazily), ``rp.resources``
    (the committed data the chapters read, shipped with the package), ``relpos_core.bench``
    (the benchmark, imported on demand).
 """

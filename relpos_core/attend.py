@@ -1,7 +1,7 @@
 """``rp.attend``: one entry point for every scheme on every kernel path.
 
-Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb); the KV cache in
-chapter 7 (chapters/07_the_kv_cache.ipynb).
+Book: "What it costs" (chapters/08_what_it_costs.ipynb); "The KV cache"
+(chapters/07_the_kv_cache.ipynb).
 
     out = rp.attend(q, k, v, rp.schemes.t5.position_term(table), form="gather", backend="flex", causal=True)
 

@@ -1,7 +1,7 @@
 """Multi-head latent attention (MLA) with DeepSeek-V2's decoupled RoPE, and its cache of latents.
 
 Paper: DeepSeek-AI (2024), "DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts
-Language Model", arXiv:2405.04434, section 2.1. Book: chapter 7b, "The KV cache at the scale
+Language Model", arXiv:2405.04434, section 2.1. Book: "The KV cache at the scale
 of real models" (chapters/07b_kv_cache_at_scale.ipynb).
 
 Per token, MLA caches one latent ``c`` of ``kv_lora_rank`` = d_c numbers (shared by all heads)

@@ -1,7 +1,8 @@
-"""One transformer for every position scheme: the decoder of chapter 7 and the lab's models of chapter 10.
+"""One transformer for every position scheme: the decoder of "The KV cache" and the lab's
+models of "Experiments".
 
-Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb) and chapter 10,
-"Experiments" (chapters/10_experiments.ipynb).
+Book: "The KV cache" (chapters/07_the_kv_cache.ipynb) and "Experiments"
+(chapters/10_experiments.ipynb).
 
 ``Transformer(TransformerConfig(scheme=..., position={...}))`` is a pre-norm transformer
 (token embedding, ``num_layers`` blocks of attention and MLP, a final norm and a linear

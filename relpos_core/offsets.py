@@ -1,4 +1,4 @@
-"""Signed offset matrices, the common language of every relative scheme (chapter 1).
+"""Signed offset matrices, the common language of every relative scheme ("Why relative positions").
 
 Two conventions appear in the literature and in code:
 

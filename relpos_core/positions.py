@@ -1,7 +1,7 @@
 """Where the queries and keys sit: the one rule every scheme, builder and kernel path follows.
 
-Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb); the rule is first used
-in chapter 1 (chapters/01_why_relative_positions.ipynb).
+Book: "The KV cache" (chapters/07_the_kv_cache.ipynb); the rule is first used
+in "Why relative positions" (chapters/01_why_relative_positions.ipynb).
 
 **The rule.** Key j sits at position j, and the Lq queries are the *last* Lq of the Lk
 keys: query i sits at position ``Lk - Lq + i``. That is self-attention when Lq == Lk and

@@ -1,6 +1,6 @@
 """Every (scheme, form, backend) path, what each supports, and what each call may ask of it.
 
-Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb), whose coverage table
+Book: "What it costs" (chapters/08_what_it_costs.ipynb), whose coverage table
 is ``coverage_markdown()``. The benchmark's cases, the byte counts
 (``relpos_core.measure.analytic_bytes``), the memory guard's suggestion of a cheaper path
 and the cross-path tests all read this module, so a path exists in exactly one place.
@@ -194,7 +194,7 @@ def paths(scheme: str | None = None) -> list[Path]:
 
 
 def coverage_markdown() -> str:
-    """Scheme x (form, backend) table: which paths exist (chapter 8)."""
+    """Scheme x (form, backend) table: which paths exist ("What it costs")."""
     cols = [(f, b) for f in FORMS if f != "none" for b in BACKENDS]
     have = {(p.scheme, p.form, p.backend) for p in paths()}
     head = "| scheme | no form | " + " | ".join(f"{f} / {b}" for f, b in cols) + " |"

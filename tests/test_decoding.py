@@ -367,6 +367,37 @@ def test_benchmark_writes_rows_with_provenance(tmp_path):
     assert ratios[("none: none/sdpa", 16)] == 1.0
 
 
+@pytest.mark.parametrize("scheme", DECODED)
+def test_plots_count_shared_bytes_as_the_ledger_does(scheme):
+    # the figures count one and two layers and extrapolate: equal to building every layer
+    for layers, heads in ((32, 32), (3, 4)):
+        direct = dec.ledger.shared_position_bytes(scheme, num_layers=layers, num_heads=heads, head_dim=16,
+                                                  context=512, dtype=torch.float16,
+                                                  position=dec.plots._position_options(scheme, 512))
+        assert dec.plots.shared_bytes(scheme, num_layers=layers, num_heads=heads, head_dim=16, context=512,
+                                      dtype=torch.float16) == direct
+    with pytest.raises(ValueError, match="num_layers"):
+        dec.plots.shared_bytes(scheme, num_layers=0, num_heads=1, head_dim=2, context=3, dtype=torch.float16)
+
+
+def test_throughput_figure_divides_by_the_baseline_the_run_has():
+    # no position on SDPA; a run made before the "none" scheme existed: absolute positions
+    rows = [dict(scheme=s, layout=None, form=f, backend="sdpa", context=16, label=f"{s}: {f}/sdpa", status="ok",
+                 tokens_per_s=t) for s, f, t in (("absolute", "none", 50.0), ("alibi", "gather", 25.0))]
+    old = dict(results=rows)
+    assert dec.plots.throughput_baseline(old) == ("absolute", None, "none", "sdpa")
+    fig = dec.plots.throughput_figure(old)
+    assert sorted(fig.data[0].x) == [0.5, 1.0] and "absolute on SDPA" in fig.layout.xaxis.title.text
+    new = dict(results=rows + [dict(rows[0], scheme="none", label="none: none/sdpa", tokens_per_s=100.0)])
+    assert dec.plots.throughput_baseline(new) == dec.bench.BASELINE
+    assert sorted(dec.plots.throughput_figure(new).data[0].x) == [0.25, 0.5, 1.0]
+    with pytest.raises(ValueError, match="baseline"):
+        dec.plots.throughput_baseline(dict(results=rows[1:]))
+    committed = dec.bench.load_result()  # every timed row of the shipped run is drawn
+    drawn = sum(len(trace.x) for trace in dec.plots.throughput_figure(committed).data)
+    assert drawn == sum(r["status"] == "ok" for r in committed["results"])
+
+
 def test_benchmark_records_a_prefill_over_budget_and_goes_on(tmp_path):
     out = tmp_path / "kv.json"
     with rp.budget.memory_budget(40_000):  # the tiny prefill of Shaw's naive path fits, T5's dense bias does not

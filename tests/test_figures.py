@@ -1,10 +1,12 @@
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
 import relpos_core as rp
+from relpos_core.figures.slider import SLIDER_PX
 
 
 def test_heatmap_labels_and_values():
@@ -49,7 +51,7 @@ def test_colour_bar_title_and_hover_name_the_quantity():
     )
     assert [t.showscale for t in fig.data] == [False, True]  # one shared colour bar
     assert fig.data[1].colorbar.title.text == "j − i (tokens)"
-    assert "offset j − i %{z}" in fig.data[0].hovertemplate
+    assert "offset j − i %{customdata[2]}" in fig.data[0].hovertemplate
     assert "value" not in fig.data[0].hovertemplate
     plain = rp.figures.heatmap(rp.relative_offsets(4), value_label="bucket")
     assert plain.data[0].colorbar.title.text == "bucket"  # defaults to the quantity
@@ -58,11 +60,11 @@ def test_colour_bar_title_and_hover_name_the_quantity():
 
 
 def test_side_by_side_panels_label_their_rows_once():
-    fig = rp.figures.heatmap([torch.randn(6, 6)] * 3)
+    fig = rp.figures.heatmap([torch.randn(6, 6)] * 3, annotate_max=0)  # no numbers: one row
     assert fig.layout.yaxis.showticklabels is not False
     assert fig.layout.yaxis2.showticklabels is False and fig.layout.yaxis3.showticklabels is False
     assert set(fig.layout.meta["relpos"]["axes"]) == {"xaxis", "yaxis", "xaxis2", "xaxis3"}
-    taller = rp.figures.heatmap([torch.randn(4, 6), torch.randn(6, 6)])  # rows differ
+    taller = rp.figures.heatmap([torch.randn(4, 6), torch.randn(6, 6)], annotate_max=0)  # rows differ
     assert taller.layout.yaxis2.showticklabels is not False
 
 
@@ -96,7 +98,7 @@ def test_custom_tick_labels_are_thinned_and_shown_on_hover():
     labels = [f"h{h}: m = {2 ** -(h + 1):.3g}" for h in range(16)]
     fig = rp.figures.heatmap(torch.randn(16, 40), y_ticks=labels, x_ticks=list(range(40)))
     assert list(fig.layout.yaxis.ticktext) == [labels[v] for v in fig.layout.yaxis.tickvals]
-    assert list(fig.data[0].customdata[3][5]) == ["5", labels[3]]  # hover shows the labels
+    assert list(fig.data[0].customdata[3][5])[:2] == ["5", labels[3]]  # hover shows the labels
     assert "%{customdata[1]}" in fig.data[0].hovertemplate
 
 
@@ -159,7 +161,8 @@ def test_static_slider_frames_show_all_their_data_at_one_size(values):
     ).static_figure()
     heights = {f.layout.height for f in fig.frames} | {fig.layout.height}
     assert len(heights) == 1  # the figure never changes size
-    assert fig.layout.height >= rp.figures.heatmap(rp.relative_offsets(16)).layout.height
+    tallest = rp.figures.heatmap([rp.relative_offsets(16)] * 2, titles=["L = 16", "b"])
+    assert fig.layout.height >= tallest.layout.height
     for frame in fig.frames:
         L = int(frame.name)
         for trace in frame.data:
@@ -263,7 +266,7 @@ def test_line_legend_does_not_squeeze_the_plot():
                           x_label="L", y_label="MiB")
     assert fig.layout.legend.orientation == "h" and fig.layout.legend.xanchor == "left"
     assert fig.layout.legend.y > 1  # above the plot, not beside it
-    assert "MiB %{y}" in fig.data[0].hovertemplate
+    assert "MiB %{y:.4~g}" in fig.data[0].hovertemplate  # rounded
 
 
 def test_line_chart():
@@ -319,3 +322,251 @@ def test_log_axes_label_a_few_ticks_in_full_whatever_their_span():
     wide = rp.figures.line(list(range(1, 20)), {"a": [10.0**k for k in range(-6, 13)]},
                            x_label="x", y_label="y", log_y=True)
     assert wide.layout.yaxis.dtick == 2 and wide.layout.yaxis.tickvals is None  # 18 decades
+
+
+# -- one visual language (relpos_core.figures.style) ----------------------------------
+
+def _linear(colour):
+    rgb = np.array([int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    return np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+
+
+def _contrast(a, b):
+    lum = sorted((float(_linear(c) @ [0.2126, 0.7152, 0.0722]) for c in (a, b)), reverse=True)
+    return (lum[0] + 0.05) / (lum[1] + 0.05)
+
+
+# Machado, Oliveira and Fernandes (2009), severity 1: linear-RGB matrices that show a
+# colour as a reader with protanopia, deuteranopia or tritanopia sees it
+VISION = {
+    "normal": np.eye(3),
+    "protanopia": np.array([[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
+                            [-0.003882, -0.048116, 1.051998]]),
+    "deuteranopia": np.array([[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
+                              [-0.011820, 0.042940, 0.968881]]),
+    "tritanopia": np.array([[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602],
+                            [0.004733, 0.691367, 0.303900]]),
+}
+
+
+def _lab(rgb):
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722],
+                    [0.0193, 0.1192, 0.9505]]) @ np.clip(rgb, 0, 1) / [0.95047, 1.0, 1.08883]
+    f = np.where(xyz > 216 / 24389, np.cbrt(xyz), (24389 / 27 * xyz + 16) / 116)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def _distance(a, b, vision):
+    return float(np.linalg.norm(_lab(VISION[vision] @ _linear(a)) - _lab(VISION[vision] @ _linear(b))))
+
+
+COMPARED = ["none", "absolute", "shaw", "t5", "transformer_xl", "deberta", "alibi", "rope"]
+DARK_BACKGROUND = "#14181e"  # the book theme's dark mode
+
+
+def test_every_registry_scheme_has_one_colour_and_a_readable_name():
+    style = rp.figures.style
+    for name in rp.registry.scheme_names():
+        assert style.scheme_color(name).startswith("#") and len(style.scheme_color(name)) == 7
+        assert style.scheme_label(name) and "_" not in style.scheme_label(name)
+    assert style.scheme_label("rope") == "RoPE" and style.scheme_label("t5") == "T5 buckets"
+    assert style.scheme_color("shaw_kv") == style.scheme_color("shaw")  # the lab's spelling
+    assert set(style.known_schemes()) == set(rp.schemes.names())  # the declarations, nothing else
+    assert all(style.scheme_color(s) == rp.schemes.lookup(s).color for s in style.known_schemes())
+    with pytest.raises(ValueError, match="name"):
+        style.scheme_color("bogus")
+
+
+@pytest.mark.parametrize("vision", list(VISION))
+def test_the_compared_schemes_stay_apart_for_colour_blind_readers(vision):
+    colours = {s: rp.figures.style.scheme_color(s) for s in COMPARED}
+    least = 20 if vision == "normal" else 10  # CIE76 units
+    close = [(a, b, round(_distance(colours[a], colours[b], vision)))
+             for i, a in enumerate(COMPARED) for b in COMPARED[i + 1:]
+             if _distance(colours[a], colours[b], vision) < least]
+    assert not close, f"{vision}: scheme colours too close: {close}"
+
+
+def test_scheme_colours_read_on_light_and_dark_pages():
+    style = rp.figures.style
+    for name in style.known_schemes():
+        colour = style.scheme_color(name)
+        assert _contrast(colour, "#ffffff") >= 2.0, (name, colour)
+        assert _contrast(colour, DARK_BACKGROUND) >= 2.0, (name, colour)
+    for colour in style.SERIES_COLORS:
+        assert _contrast(colour, "#ffffff") >= 2.0 and _contrast(colour, DARK_BACKGROUND) >= 2.0
+
+
+@pytest.mark.parametrize("raw, shown", [
+    ("cos(m θ_k)", "cos(m θ<sub>k</sub>)"),
+    ("cosine similarity of R_p and R_q", "cosine similarity of R<sub>p</sub> and R<sub>q</sub>"),
+    ("content--content", "content–content"),
+    (r"$\theta_{k} \cdot L^2$", "θ<sub>k</sub> · L<sup>2</sup>"),
+    (r"\mathrm{bias}(i, j)", "bias(i, j)"),
+    ("shaw_key", "shaw_key"),  # a registry name is not a subscript
+    ("--workers", "--workers"),
+])
+def test_latex_and_markup_become_text_a_figure_can_show(raw, shown):
+    assert rp.figures.style.readable(raw) == shown
+
+
+def test_figures_write_labels_as_readable_text():
+    fig = rp.figures.heatmap([torch.eye(2)] * 2, titles=["cos(m θ_k)", "a--b"], y_label="R_p")
+    assert [a.text for a in fig.layout.annotations] == ["cos(m θ<sub>k</sub>)", "a–b"]
+    assert fig.layout.yaxis.title.text == "R<sub>p</sub>"
+    line = rp.figures.line([1, 2], {"θ_k": [1, 2]}, x_label="L^2", y_label="y")
+    assert line.data[0].name == "θ<sub>k</sub>" and line.layout.xaxis.title.text == "L<sup>2</sup>"
+
+
+def test_lines_and_bars_take_their_schemes_colours():
+    style = rp.figures.style
+    fig = rp.figures.line([1, 2], {"RoPE": [1, 2], "T5, FlexAttention": [2, 3], "bound": [0, 1]},
+                          x_label="L", y_label="MiB", schemes={"T5, FlexAttention": "t5"})
+    colours = [t.line.color for t in fig.data]
+    assert colours[:2] == [style.scheme_color("rope"), style.scheme_color("t5")]
+    assert colours[2] not in colours[:2]  # a series that is no scheme takes a free colour
+    styled = rp.figures.line([1, 2], {"RoPE": [1, 2]}, x_label="L", y_label="y",
+                             styles={"RoPE": dict(line=dict(color="#000000"))})
+    assert styled.data[0].line.color == "#000000"  # the caller's style wins
+    bars = rp.figures.bars({"ALiBi": 1.0, "other": 2.0}, x_label="ms", schemes={"ALiBi": "alibi"})
+    assert list(bars.data[0].marker.color)[0] == style.scheme_color("alibi")
+    with pytest.raises(ValueError, match="schemes"):
+        rp.figures.line([1], {"a": [1]}, x_label="x", y_label="y", schemes={"b": "rope"})
+
+
+def test_heatmap_hover_rounds_values_and_names_masked_cells():
+    bias = torch.tensor([[0.123456, float("nan")], [-1234.5, 2.0]])
+    fig = rp.figures.heatmap(bias, value_label="bias")
+    (trace,) = fig.data
+    assert "%{customdata[2]}" in trace.hovertemplate and "%{z}" not in trace.hovertemplate
+    assert [c[2] for c in trace.customdata[0]] == ["0.123", "masked"]
+    assert [c[2] for c in trace.customdata[1]] == ["−1,234", "2"]  # sign kept; hover never says NaN
+
+
+def test_integer_data_gets_an_integer_colour_bar():
+    fig = rp.figures.heatmap(rp.schemes.shaw.shaw_relative_index(8, max_relative_position=2), zmin=0, zmax=4)
+    bar = fig.data[0].colorbar
+    assert bar.tickformat == "d" and bar.dtick == 1 and bar.tick0 == 0
+    wide = rp.figures.heatmap(torch.arange(64).view(8, 8))
+    assert wide.data[0].colorbar.dtick in (10, 20) and wide.data[0].colorbar.tickformat == "d"
+    floats = rp.figures.heatmap(torch.rand(4, 4))
+    assert floats.data[0].colorbar.tickformat is None
+
+
+def narrow_layout(fig):
+    return fig.layout.meta["relpos"]["narrow"]
+
+
+def test_panels_stack_one_per_row_below_600_px_and_keep_their_numbers():
+    fig = rp.figures.heatmap([rp.relative_offsets(8)] * 2, titles=["a", "b"])
+    assert all(t.texttemplate == "%{z:d}" for t in fig.data)  # side by side at 672 px
+    assert fig.layout.xaxis.domain[1] < fig.layout.xaxis2.domain[0]
+    narrow = narrow_layout(fig)
+    assert narrow["below"] >= 600
+    layout = narrow["layout"]
+    assert layout["xaxis"]["domain"] == layout["xaxis2"]["domain"] == [0.0, 1.0]  # one per row
+    assert layout["yaxis"]["domain"][0] > layout["yaxis2"]["domain"][1]  # first on top
+    assert [d["texttemplate"] for d in narrow["data"]] == ["%{z:d}", "%{z:d}"]  # numbers kept
+    assert narrow["data"][1]["colorbar"]["orientation"] == "h"  # the colour bar below them
+    assert layout["yaxis2"]["showticklabels"] is not False  # each panel labels its rows
+
+
+def test_panels_that_cannot_show_their_numbers_side_by_side_take_two_rows():
+    L = 6  # 7 columns of two-digit numbers: four panels side by side leave 16 px a cell
+    entries = torch.arange(1, L * L + 1).view(L, L)
+    padded = torch.cat([torch.zeros(L, 1, dtype=entries.dtype), entries], 1)
+    fig = rp.figures.heatmap([entries, padded, entries, padded], titles=list("abcd"))
+    assert all(t.texttemplate for t in fig.data)  # every panel keeps its numbers
+    assert fig.layout.yaxis.domain[0] > fig.layout.yaxis3.domain[1]  # two rows of two
+    assert fig.layout.height <= rp.figures.style.MAX_HEIGHT - 80  # room for a slider
+
+
+@pytest.mark.parametrize("L", [4, 16, 64])
+def test_heatmaps_leave_room_for_a_slider_under_the_height_cap(L):
+    for panels in (1, 2, 3):
+        fig = rp.figures.heatmap([torch.randn(L, L)] * panels)
+        assert fig.layout.height <= rp.figures.style.MAX_HEIGHT - 80
+    assert rp.figures.heatmap(torch.randn(L, L), height=300).layout.height == 300
+
+
+def test_slider_frames_carry_their_narrow_layout_at_one_height():
+    fig = rp.figures.slider(lambda L: rp.figures.heatmap([rp.relative_offsets(L)] * 2), [4, 8],
+                            name="L").static_figure()
+    narrow = [f.layout.meta["relpos"]["narrow"]["layout"] for f in fig.frames]
+    assert len({n["height"] for n in narrow}) == 1  # the slider never resizes it on a phone
+    assert all(n["margin"]["b"] >= SLIDER_PX for n in narrow)
+    base = fig.layout.meta["relpos"]["narrow"]["layout"]
+    assert base["height"] == narrow[0]["height"] and base["sliders"][0]["pad"]["t"] > 40
+    assert all("sliders" not in n for n in narrow)  # a frame never resets the slider
+    assert fig.layout.height <= rp.figures.style.MAX_HEIGHT
+
+
+def test_figure_script_hides_the_toolbar_and_follows_the_colour_mode():
+    html = rp.figures._plotly.figure_mimebundle(offsets_figure(3))["text/html"]
+    assert "displayModeBar: false" in html
+    assert '"dark"' in html and "data-theme" in html  # the dark mode's colours, the toggle
+    import plotly.io as pio
+
+    template = pio.templates[pio.templates.default]
+    assert template.layout.paper_bgcolor == "rgba(0,0,0,0)"  # no white box on a dark page
+    assert list(template.layout.colorway) == list(rp.figures.style.SERIES_COLORS)
+
+
+def test_benchmark_figures_fit_a_screen_with_their_slider():
+    from pathlib import Path
+
+    run = rp.figures.bench.read_result(rp.resources.path("bench-cpu.json"))
+    cap = rp.figures.style.MAX_HEIGHT
+    assert rp.figures.bench.scheme_slider(run).static_figure().layout.height <= cap
+    exponents = rp.figures.bench.exponent_slider(run).static_figure()
+    assert exponents.layout.height <= cap
+    assert [f.name for f in exponents.frames] == ["eager", "sdpa", "flex"]
+    assert len({len(f.data) for f in exponents.frames}) == 1
+    rows = {f.name: {y for t in f.data if t.y and t.y[0] is not None for y in t.y} for f in exponents.frames}
+    assert all("/" not in y for ys in rows.values() for y in ys)  # the slider names the backend
+    everything = rp.figures.bench.exponent_figure(run)  # all backends at once: the rows say which
+    assert any("/eager" in y for t in everything.data if t.y and t.y[0] is not None for y in t.y)
+    bytes_figure = rp.figures.bench.analytic_bytes_figure(
+        H=4, d=32, dtype="float32", lengths=[128, 256, 512], schemes=["t5", "alibi", "rope"], measured=run)
+    assert bytes_figure.layout.height <= cap - 80
+    narrow = bytes_figure.layout.meta["relpos"]["narrow"]["layout"]
+    domains = [narrow[k]["domain"] for k in narrow if k.startswith("xaxis")]
+    assert domains and all(d == [0.0, 1.0] for d in domains)  # one panel per row on a phone
+    assert set(rp.figures.bench.FORM_COLORS.values()) <= {
+        rp.figures.style.NEUTRAL, "#d55e00", "#009e73", "#0072b2", "#cc79a7"}  # colour-blind-safe
+
+
+def test_a_narrow_layout_must_draw_the_same_traces():
+    go = pytest.importorskip("plotly.graph_objects")
+    wide = go.Figure([go.Scatter(x=[1], y=[1]), go.Scatter(x=[1], y=[2])])
+    with pytest.raises(ValueError, match="narrow"):
+        rp.figures._plotly.attach_narrow(wide, go.Figure([go.Scatter(x=[1], y=[1])]))
+    narrow = go.Figure(wide).update_layout(height=700)
+    narrow.data[1].update(mode="markers")
+    fig = rp.figures._plotly.attach_narrow(wide, narrow, below=500)
+    patch = fig.layout.meta["relpos"]["narrow"]
+    assert patch["below"] == 500 and patch["layout"]["height"] == 700
+    assert patch["data"] == [{}, {"mode": "markers"}]  # only what differs
+
+
+def test_table_captions_move_out_of_their_scroll_box():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "relpos_book", Path(__file__).resolve().parents[1] / "_ext" / "relpos_book.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    body = ('<p>x</p><div class="pst-scrollable-table-container"><table class="table" id="tbl-a">\n'
+            '<caption><span class="caption-number">Table 1.1 </span><span class="caption-text">A.</span>'
+            '</caption>\n<tbody><tr><td>1</td></tr></tbody>\n</table>\n</div>\n'
+            '<div class="pst-scrollable-table-container"><table class="table">\n<tbody></tbody>\n</table>\n</div>')
+    out = ext.captions_outside_scroll_boxes(body)
+    assert out.startswith('<p>x</p><div class="relpos-table" id="tbl-a"><div class="caption relpos-table-caption" '
+                          'id="tbl-a-caption"><span class="caption-number">Table 1.1 </span>')
+    caption_at, box_at = out.index("relpos-table-caption"), out.index("pst-scrollable-table-container")
+    assert caption_at < box_at and "<caption>" not in out  # above the scroll box, not in it
+    assert '<table class="table" aria-labelledby="tbl-a-caption">' in out
+    assert out.count("<div") == out.count("</div>")
+    assert out.endswith('<div class="pst-scrollable-table-container"><table class="table">\n<tbody></tbody>\n'
+                        '</table>\n</div>')  # a table without a caption stays as it was

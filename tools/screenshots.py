@@ -2,6 +2,8 @@
 
     .venv/bin/python tools/screenshots.py              # every page, 1280 px and 390 px
     .venv/bin/python tools/screenshots.py 02 03        # only pages whose name contains 02 or 03
+    .venv/bin/python tools/screenshots.py --dark 08    # also in the dark mode, at 1280 px
+    .venv/bin/python tools/screenshots.py --out before # into screenshots/before/
 
 Serves ``_build/html`` on localhost, opens each page in headless Chromium (Playwright,
 ``/usr/bin/chromium`` or ``$RELPOS_CHROMIUM``) at 1280 px and 390 px wide, and saves into
@@ -10,7 +12,12 @@ Serves ``_build/html`` on localhost, opens each page in headless Chromium (Playw
 * ``<page>-<width>.png``: the whole page;
 * ``<page>-<width>-fig<N>.png``: figure N with its caption, as drawn;
 * ``<page>-<width>-fig<N>-first.png`` / ``-last.png``: a figure with a slider, after
-  clicking the slider's first and last step.
+  clicking the slider's first and last step;
+* with ``--dark``: ``<page>-1280-dark.png`` and ``<page>-1280-dark-fig<N>.png``, the page
+  after clicking the theme's toggle to its dark mode.
+
+The page's sticky header is unstuck while figures are shot, so it never hides a
+figure's top (its title, its legend).
 
 Look at them: a test can say that a figure rendered, not that it reads well.
 """
@@ -55,12 +62,12 @@ def _pages(filters: list[str]) -> list[str]:
 def _wait_until_drawn(tab) -> None:
     tab.wait_for_function(
         "() => Array.from(document.querySelectorAll('.plotly-graph-div')).every(d => d.querySelector('svg.main-svg'))",
-        timeout=30_000,
+        timeout=120_000,
     )
     if tab.locator(".math").count():
         tab.wait_for_function(
             "() => document.querySelectorAll('.math').length === document.querySelectorAll('.math mjx-container').length",
-            timeout=30_000,
+            timeout=120_000,
         )
     tab.wait_for_timeout(400)
 
@@ -72,13 +79,27 @@ def _click_step(tab, figure, step: int) -> None:
     tab.wait_for_timeout(500)
 
 
-def shoot(filters: list[str]) -> list[Path]:
+# the theme's header sticks to the top of the window and would cover a figure's top
+UNSTICK = (".bd-header, .bd-header-article, .header-article { position: static !important; } "
+           ".skip-link { display: none !important; }")
+
+
+def _dark(tab) -> None:
+    """Click the theme's toggle until the page is in its dark mode."""
+    for _ in range(3):
+        if tab.evaluate("() => document.documentElement.dataset.theme") == "dark":
+            break
+        tab.locator(".theme-switch-button").first.click()
+    tab.wait_for_timeout(500)
+
+
+def shoot(filters: list[str], *, dark: bool = False, out: Path = OUT) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
     if not (HTML / "index.html").is_file():
         sys.exit(f"no built book in {HTML}: run 'make book' first")
     chromium = os.environ.get("RELPOS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    OUT.mkdir(exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     saved: list[Path] = []
     server, url = _serve()
     try:
@@ -89,13 +110,18 @@ def shoot(filters: list[str]) -> list[Path]:
             )
             for page in _pages(filters):
                 stem = page.replace("/", "_").removesuffix(".html")
-                for width in WIDTHS:
+                for width, mode in [(w, "light") for w in WIDTHS] + ([(WIDTHS[0], "dark")] if dark else []):
                     tab = browser.new_page(viewport={"width": width, "height": 900})
+                    tab.set_default_timeout(120_000)  # a busy machine loads a long page slowly
                     tab.goto(url + page, wait_until="load")
                     _wait_until_drawn(tab)
-                    path = OUT / f"{stem}-{width}.png"
+                    tag = f"{width}-dark" if mode == "dark" else f"{width}"
+                    if mode == "dark":
+                        _dark(tab)
+                    path = out / f"{stem}-{tag}.png"
                     tab.screenshot(path=str(path), full_page=True)
                     saved.append(path)
+                    tab.add_style_tag(content=UNSTICK)
                     figures = tab.locator(".plotly-graph-div")
                     for n in range(figures.count()):
                         figure = figures.nth(n)
@@ -104,13 +130,13 @@ def shoot(filters: list[str]) -> list[Path]:
                             "d => d.closest('figure') || d"
                         ).as_element()
                         target.scroll_into_view_if_needed()
-                        path = OUT / f"{stem}-{width}-fig{n + 1}.png"
+                        path = out / f"{stem}-{tag}-fig{n + 1}.png"
                         target.screenshot(path=str(path))
                         saved.append(path)
                         steps = figure.locator(".slider-tick-rect").count()
-                        for end, step in (("first", 0), ("last", steps - 1)) if steps else ():
+                        for end, step in (("first", 0), ("last", steps - 1)) if steps and mode == "light" else ():
                             _click_step(tab, figure, step)
-                            path = OUT / f"{stem}-{width}-fig{n + 1}-{end}.png"
+                            path = out / f"{stem}-{tag}-fig{n + 1}-{end}.png"
                             target.screenshot(path=str(path))
                             saved.append(path)
                     tab.close()
@@ -123,9 +149,14 @@ def shoot(filters: list[str]) -> list[Path]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("filters", nargs="*", help="only pages whose path contains one of these")
+    parser.add_argument("--dark", action="store_true", help="also shoot each page in the dark mode at 1280 px")
+    parser.add_argument("--out", default=None, help="a folder under screenshots/ to save into (e.g. before)")
     args = parser.parse_args(argv)
-    saved = shoot(args.filters)
-    print(f"{len(saved)} screenshots in {OUT.relative_to(ROOT)}/")
+    if args.out is not None and (not args.out or "/" in args.out or args.out.startswith(".")):
+        parser.error(f"--out must be one folder name (saved under screenshots/), got {args.out!r}")
+    out = OUT / args.out if args.out else OUT
+    saved = shoot(args.filters, dark=args.dark, out=out)
+    print(f"{len(saved)} screenshots in {out.relative_to(ROOT)}/")
     return 0
 
 

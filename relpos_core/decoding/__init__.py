@@ -1,6 +1,6 @@
 """Decoding with a KV cache: the model, its cache, its bytes, its speed.
 
-Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb).
+Book: "The KV cache" (chapters/07_the_kv_cache.ipynb).
 
 * ``model``: ``Decoder`` (the library's one model, ``relpos_core.models.Transformer``)
   and ``DecoderConfig``; ``SCHEMES`` (every scheme a decoder can use, from the
@@ -12,7 +12,8 @@ Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb).
 * ``bench``: decode throughput per scheme and path in one run,
   ``python -m relpos_core.decoding --bench --out FILE``;
 * ``plots``: the chapter's figures (plotly, imported lazily on first use);
-* ``scale`` (chapter 7b): bytes per token of MHA, MQA, GQA and MLA with published
+* ``scale`` (chapters/07b_kv_cache_at_scale.ipynb): bytes per token of MHA, MQA, GQA and MLA
+with published
   configurations as presets, and a decode-step timing of each cache layout,
   ``python -m relpos_core.decoding --scale --out FILE``.
 

@@ -1,6 +1,7 @@
-"""The decoder of chapter 7 is the library's one model, ``relpos_core.models.Transformer``.
+"""The decoder of "The KV cache" (chapters/07_the_kv_cache.ipynb) is the library's one model,
+``relpos_core.models.Transformer``.
 
-Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb).
+Book: "The KV cache" (chapters/07_the_kv_cache.ipynb).
 
 ``Decoder`` and ``DecoderConfig`` are its names here (``DecoderConfig`` defaults to
 ``causal=True``, as every config does); ``SCHEMES`` lists the registry names a decoder can

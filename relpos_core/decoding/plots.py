@@ -1,25 +1,34 @@
-"""Figures of chapter 7: cache bytes by component, position bytes per token, decode speed.
+"""Figures of the KV-cache chapter: cache bytes by kind, position bytes per token, decode speed.
 
-Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb). plotly is imported on
-first use (``relpos_core.figures``), so importing this module needs only torch.
+Book: "The KV cache" (chapters/07_the_kv_cache.ipynb). plotly is imported on first use
+(``relpos_core.figures``), so importing this module needs only torch.
 """
 from __future__ import annotations
 
+import functools
+
+import torch
+
 from relpos_core import schemes
+from relpos_core._validate import check_choice, check_positive_int
 from relpos_core.cache import POSITION_BYTES
 from relpos_core.decoding import ledger
 from relpos_core.decoding.model import SCHEMES
+from relpos_core.figures.style import NEUTRAL, SERIES_COLORS
 
-__all__ = ["COMPONENT_COLOURS", "label", "layout_rows", "position_bytes", "position_bytes_figure",
-           "components_figure", "throughput_figure"]
+__all__ = ["COMPONENT_COLOURS", "CONTEXT_COLOURS", "label", "layout_rows", "position_bytes",
+           "shared_bytes", "position_bytes_figure", "components_figure", "throughput_baseline", "throughput_figure"]
 
-# one colour per kind of bytes (categories, not a scale); keys and values in two blues
+# one colour per kind of bytes (categories, not schemes: the book's series colours);
+# keys and values in the two blues
 COMPONENT_COLOURS = {
-    "keys": "#4c78a8",
-    "values": "#9ecae9",
-    "position tables": "#e45756",
-    "positions": "#54a24b",
+    "keys": SERIES_COLORS[0],
+    "values": SERIES_COLORS[4],
+    "position tables": SERIES_COLORS[1],
+    "positions": SERIES_COLORS[2],
 }
+# one colour per context length of the throughput figure (a category, not a scheme)
+CONTEXT_COLOURS = SERIES_COLORS
 
 
 def _position_options(scheme: str, context: int) -> dict:
@@ -41,6 +50,33 @@ def layout_rows() -> list[tuple[str, str | None]]:
     return [(s, lay) for s in SCHEMES for lay in ledger.layouts(s)]
 
 
+@functools.lru_cache(maxsize=4096)
+def _state_bytes(scheme: str, num_layers: int, num_heads: int, head_dim: int, context: int, dtype) -> int:
+    position = _position_options(scheme, context)
+    return ledger.shared_position_bytes(scheme, num_layers=num_layers, num_heads=num_heads, head_dim=head_dim,
+                                        context=context, dtype=dtype, position=position)
+
+
+def shared_bytes(scheme: str, *, num_layers: int, num_heads: int, head_dim: int, context: int, dtype) -> int:
+    """``ledger.shared_position_bytes`` of a decoder of ``num_layers`` layers, with the distance
+    parameter a medium model gives the scheme, counted on one and two layers.
+
+    Every layer holds the same tensors or shares them, so the bytes are a shared part plus
+    one part per layer: ``b1 + (num_layers - 1) * (b2 - b1)``, without building every layer
+    (tests/test_decoding.py checks it against the direct count for every scheme).
+    """
+    check_choice("scheme", scheme, SCHEMES)
+    for name, value in (("num_layers", num_layers), ("num_heads", num_heads), ("head_dim", head_dim),
+                        ("context", context)):
+        check_positive_int(name, value)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")
+    one = _state_bytes(scheme, 1, num_heads, head_dim, context, dtype)
+    if num_layers == 1:
+        return one
+    return one + (num_layers - 1) * (_state_bytes(scheme, 2, num_heads, head_dim, context, dtype) - one)
+
+
 def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, dtype) -> dict[str, list[float]]:
     """Bytes of position state per cached token of one sequence, at each context length.
 
@@ -53,9 +89,8 @@ def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, 
     for scheme in schemes.SCHEMES:
         if scheme not in SCHEMES:
             continue
-        per_token = [ledger.shared_position_bytes(scheme, num_layers=num_layers, num_heads=num_heads,
-                                                  head_dim=head_dim, context=c, dtype=dtype,
-                                                  position=_position_options(scheme, c)) / c for c in contexts]
+        per_token = [shared_bytes(scheme, num_layers=num_layers, num_heads=num_heads, head_dim=head_dim,
+                                  context=c, dtype=dtype) / c for c in contexts]
         if any(per_token):
             out[label(scheme)] = per_token
     out["kept position (int64)"] = [float(POSITION_BYTES) for _ in contexts]
@@ -90,16 +125,21 @@ def components_figure(context: int, *, num_layers: int, num_heads: int, head_dim
     """Stacked horizontal bars: bytes per cached token of one sequence, by kind, for every
     scheme and layout (the long labels read on a phone).
 
-    Values from ``ledger.bytes_per_token`` in KiB; the value axis is fixed by the largest
+    Values as ``ledger.bytes_per_token`` gives them (``shared_bytes``), in KiB; the value axis is fixed by the largest
     total at ``context = 1`` so that a slider over the context never rescales it.
     """
     from relpos_core.figures._plotly import plotly_modules
 
     go, _ = plotly_modules()
-    sizes = dict(batch=batch, num_layers=num_layers, num_heads=num_heads, head_dim=head_dim, dtype=dtype)
+    batch = check_positive_int("batch", batch)
 
-    def per_token(scheme, c):
-        return ledger.bytes_per_token(scheme, context=c, position=_position_options(scheme, c), **sizes)
+    def per_token(scheme, c):  # ledger.bytes_per_token, its shared part counted by shared_bytes
+        cache = ledger.cache_bytes(scheme, tokens=c, batch=1, num_layers=num_layers, num_heads=num_heads,
+                                   head_dim=head_dim, dtype=dtype)
+        out = {kind: n / c for kind, n in cache.items()}
+        out["position tables"] = shared_bytes(scheme, num_layers=num_layers, num_heads=num_heads,
+                                              head_dim=head_dim, context=c, dtype=dtype) / (c * batch)
+        return out
 
     rows = {(s, lay): per_token(s, context) for s, lay in layout_rows()}
     ceiling = max(sum(per_token(s, 1).values()) for s, _ in rows)
@@ -116,31 +156,48 @@ def components_figure(context: int, *, num_layers: int, num_heads: int, head_dim
     return fig
 
 
+def throughput_baseline(result: dict) -> tuple[str, str | None, str, str]:
+    """(scheme, layout, form, backend) the throughput figure divides by: no position term on
+    SDPA (``bench.BASELINE``), or absolute positions on SDPA in a run made before the
+    ``none`` scheme existed; ValueError when the run has neither."""
+    from relpos_core.decoding.bench import BASELINE
+
+    ok = {(r["scheme"], r["layout"], r["form"], r["backend"]) for r in result["results"] if r["status"] == "ok"}
+    for base in (BASELINE, ("absolute", None, "none", "sdpa")):
+        if base in ok:
+            return base
+    raise ValueError("result must contain a timed step of no position (or absolute positions) on SDPA, the "
+                     "figure's baseline; this run has neither")
+
+
 def throughput_figure(result: dict, *, height: int = 720):
-    """Dot plot: each path's decode tokens/s divided by no position on SDPA's, one marker per context."""
-    from relpos_core.decoding.bench import throughput_ratios
+    """Dot plot: each path's decode tokens/s divided by the baseline's (``throughput_baseline``: no
+    position on SDPA), one marker per context."""
     from relpos_core.figures._plotly import plotly_modules
 
     go, _ = plotly_modules()
-    ratios = throughput_ratios(result)
+    base = throughput_baseline(result)
+    rows = [r for r in result["results"] if r["status"] == "ok" and "tokens_per_s" in r]
+    at = {r["context"]: r["tokens_per_s"] for r in rows if (r["scheme"], r["layout"], r["form"], r["backend"]) == base}
+    ratios = {(r["label"], r["context"]): r["tokens_per_s"] / at[r["context"]] for r in rows if r["context"] in at}
+    base_name = f"{schemes.lookup(base[0]).display.lower()} on SDPA"
     labels = list(dict.fromkeys(label for label, _ in ratios))
     contexts = sorted({c for _, c in ratios})
     symbols = ["circle", "diamond", "square", "triangle-up", "x"]
-    colours = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2"]  # one per context length
     fig = go.Figure()
     for i, c in enumerate(contexts):
         ys = [lab for lab in labels if (lab, c) in ratios]
         fig.add_trace(go.Scatter(
             x=[ratios[(lab, c)] for lab in ys], y=ys, mode="markers", name=f"context {c}",
-            marker=dict(size=9, symbol=symbols[i % len(symbols)], color=colours[i % len(colours)]),
-            hovertemplate="%{y}<br>%{x:.2f} x the speed of no position on SDPA<extra>context " + str(c) + "</extra>"))
-    fig.add_vline(x=1.0, line=dict(color="grey", dash="dot"))
+            marker=dict(size=9, symbol=symbols[i % len(symbols)], color=CONTEXT_COLOURS[i % len(CONTEXT_COLOURS)]),
+            hovertemplate="%{y}<br>%{x:.2f} x the speed of " + base_name + "<extra>context " + str(c) + "</extra>"))
+    fig.add_vline(x=1.0, line=dict(color=NEUTRAL, dash="dot"))
     every = list(ratios.values())
     ticks = [t for t in (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10) if min(every) / 2 <= t <= max(every) * 2]
     fig.update_layout(height=height, margin=dict(l=10, r=20, t=40, b=60),
                       legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0),
-                      xaxis=dict(title="tokens/s ÷ no position on SDPA", type="log", tickvals=ticks,
+                      xaxis=dict(title=f"tokens/s relative to<br>{base_name}", type="log", tickvals=ticks,
                                  ticktext=[f"{t:g}×" for t in ticks]),
                       yaxis=dict(autorange="reversed", automargin=True, categoryorder="array",
-                                 categoryarray=labels))
+                                 categoryarray=labels, dtick=1, tickfont=dict(size=11)))  # every path named
     return fig

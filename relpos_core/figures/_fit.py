@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Sequence
 
 #: the figure width assumed before the browser reports the real one (the book's column
-#: at 1280 px)
-NOMINAL_WIDTH = 720
+#: at a 1280 px window)
+NOMINAL_WIDTH = 672
 
 #: font size of tick labels and cell text (px)
 FONT_PX = 12
@@ -34,7 +34,7 @@ def label_px(labels: Sequence[str], *, horizontal: bool) -> float:
     """Pixels one tick label needs along its axis (x: its width plus a gap; y: a line)."""
     if not horizontal:
         return LINE_PX + 2
-    widest = max((len(str(label)) for label in labels), default=1)
+    widest = max((len(plain(label)) for label in labels), default=1)
     return widest * CHAR_PX + 10
 
 
@@ -59,7 +59,18 @@ def text_fits(cell_w: float, cell_h: float, need_w: float) -> bool:
     return cell_w >= need_w and cell_h >= LINE_PX + 1
 
 
+#: average width of one character of the cell font (11 px: digits, minus, point)
+CELL_CHAR_PX = 6.2
+
+
 def text_px(values: Sequence[str]) -> float:
-    """Width a cell needs for the longest of ``values`` at the cell font."""
+    """Width a cell needs for the longest of ``values`` at the cell font, with a gap."""
     widest = max((len(v) for v in values), default=1)
-    return widest * CHAR_PX * 0.9 + 6
+    return widest * CELL_CHAR_PX + 5
+
+
+def plain(text: str) -> str:
+    """``text`` without its markup tags (``θ<sub>k</sub>`` -> ``θk``), to measure it."""
+    import re
+
+    return re.sub(r"<[^>]*>", "", str(text))

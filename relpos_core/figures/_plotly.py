@@ -2,8 +2,8 @@
 
 Library code must import with only torch installed, so plotly is imported inside
 functions through :func:`plotly_modules`. The first call registers the ``"relpos"``
-renderer and makes it the default. It gives every figure one rich representation,
-``text/html``: a div and a script that calls ``window.Plotly``. The built book ships
+renderer and the ``"relpos"`` template (``book_template``) and makes both the
+defaults. The renderer gives every figure one rich representation, ``text/html``: a div and a script that calls ``window.Plotly``. The built book ships
 plotly.js once (``_static/plotly.min.js``, copied from the plotly package by
 ``_ext/relpos_book.py``) so the script finds it; anywhere else (JupyterLab, Colab, VS
 Code) the script loads the same plotly.js version from the plotly CDN first.
@@ -19,6 +19,7 @@ import json
 import uuid
 
 RENDERER_NAME = "relpos"
+TEMPLATE_NAME = "relpos"
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,7 +40,25 @@ def plotly_modules():
 
     pio.renderers[RENDERER_NAME] = BookRenderer()
     pio.renderers.default = RENDERER_NAME
+    pio.templates[TEMPLATE_NAME] = book_template(go, pio)
+    pio.templates.default = TEMPLATE_NAME
     return go, pio
+
+
+def book_template(go, pio):
+    """plotly's white template with the book's colours: the colour-blind-safe series
+    colours, the light theme's text and grid, a transparent paper (the page's own
+    background shows through; the figure script recolours text and grid in dark mode)."""
+    from .style import SERIES_COLORS, THEMES
+
+    light = THEMES["light"]
+    template = go.layout.Template(pio.templates["plotly_white"])
+    axis = dict(gridcolor=light["grid"], linecolor=light["line"], zerolinecolor=light["zeroline"])
+    template.layout.update(
+        colorway=list(SERIES_COLORS), paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor=light["plot_bg"],
+        font=dict(color=light["font"]), xaxis=axis, yaxis=axis,
+    )
+    return template
 
 
 def plotlyjs_version() -> str:
@@ -52,9 +71,20 @@ def figure_html(fig_dict: dict, *, div_id: str | None = None) -> str:
     """A self-contained ``<div>`` + ``<script>`` that draws ``fig_dict`` (frames included).
 
     Uses ``window.Plotly`` when the page already has it (the built book), and loads
-    plotly.js from the CDN otherwise.
+    plotly.js from the CDN otherwise. The script
+
+    * draws without plotly's toolbar (``displayModeBar: false``): it covered legends and
+      titles, and the book's figures need none of its tools;
+    * picks the figure's narrow layout (``layout.meta.relpos.narrow``, e.g. heatmap panels
+      stacked one per row) when its container is narrower than that layout's ``below``
+      px, for the figure and every slider frame, and redraws when a resize crosses it;
+    * takes the text, grid and control colours of the book's light or dark mode
+      (``style.THEMES``) and follows the reader's toggle; the paper stays transparent;
+    * re-fits tick labels and cell text to the width it is given (``FIT_JS``).
     """
     _, pio = plotly_modules()
+    from .style import THEMES
+
     div_id = div_id or f"relpos-{uuid.uuid4().hex[:12]}"
     spec = pio.to_json(fig_dict, validate=False).replace("</", "<\\/")
     height = (fig_dict.get("layout") or {}).get("height") or 450
@@ -63,23 +93,116 @@ def figure_html(fig_dict: dict, *, div_id: str | None = None) -> str:
 <script type="text/javascript">
 (function () {{
   var spec = {spec};
+  var id = {json.dumps(div_id)}, themes = {json.dumps(THEMES)};
 {FIT_JS}
+{LAYOUT_JS}
   function draw() {{
-    var config = Object.assign({{responsive: true, displaylogo: false}}, spec.config || {{}});
-    Plotly.newPlot({json.dumps(div_id)}, spec.data, spec.layout, config).then(function (gd) {{
+    var div = document.getElementById(id);
+    var narrow = isNarrow(div);
+    drawnNarrow = narrow;
+    var base = variant(spec, narrow), layout = withTheme(base.layout, colourMode());
+    div.style.height = (layout.height || 450) + "px";
+    var config = Object.assign({{responsive: true, displaylogo: false, displayModeBar: false}}, spec.config || {{}});
+    return Plotly.newPlot(div, base.data, layout, config).then(function (gd) {{
       gd.on("plotly_afterplot", function () {{ fit(gd); }});
       fit(gd);
-      if (spec.frames && spec.frames.length) {{ return Plotly.addFrames(gd, spec.frames); }}
+      if (spec.frames && spec.frames.length) {{
+        return Plotly.addFrames(gd, spec.frames.map(function (f) {{ return variant(f, narrow); }}));
+      }}
     }});
   }}
-  if (window.Plotly) {{ draw(); }} else {{
+  function start() {{ draw().then(follow); }}
+  if (window.Plotly) {{ start(); }} else {{
     var s = document.createElement("script");
     s.src = {json.dumps(cdn)};
-    s.onload = draw;
+    s.onload = start;
     document.head.appendChild(s);
   }}
 }})();
 </script>"""
+
+
+# The figure's layout for its width and for the page's colour mode. ``variant`` merges a
+# narrow layout patch (``meta.relpos.narrow``: ``below`` px, ``layout``, per-trace
+# ``data``) into a figure or a slider frame; ``follow`` redraws when a resize crosses
+# ``below`` (keeping the slider's step) and recolours when the reader toggles the theme.
+LAYOUT_JS = """
+  var drawnNarrow = null;
+  function relposMeta(obj) { return obj && obj.layout && obj.layout.meta && obj.layout.meta.relpos; }
+  function variant(obj, narrow) {
+    var meta = relposMeta(obj), patch = narrow && meta && meta.narrow;
+    if (!patch) { return obj; }
+    var out = Object.assign({}, obj, {layout: Object.assign({}, obj.layout, patch.layout)});
+    if (obj.data) {
+      out.data = obj.data.map(function (t, k) { return Object.assign({}, t, (patch.data || [])[k] || {}); });
+    }
+    return out;
+  }
+  function isNarrow(div) {
+    var meta = relposMeta(spec), width = div.clientWidth;
+    if (!(meta && meta.narrow) || !width) { return false; }
+    return width < meta.narrow.below;
+  }
+  function colourMode() {
+    return document.documentElement.getAttribute("data-theme") === "dark" ? "dark" : "light";
+  }
+  function themeUpdate(layout, mode) {
+    var c = themes[mode], out = {"font.color": c.font, "paper_bgcolor": "rgba(0,0,0,0)",
+                                  "plot_bgcolor": c.plot_bg, "legend.bgcolor": "rgba(0,0,0,0)"};
+    Object.keys(layout).forEach(function (key) {
+      if (!/^[xy]axis[0-9]*$/.test(key)) { return; }
+      out[key + ".gridcolor"] = c.grid;
+      out[key + ".linecolor"] = c.line;
+      out[key + ".zerolinecolor"] = c.zeroline;
+      out[key + ".tickcolor"] = c.line;
+    });
+    (layout.sliders || []).forEach(function (s, i) {
+      out["sliders[" + i + "].bgcolor"] = c.slider_bg;
+      out["sliders[" + i + "].bordercolor"] = c.slider_border;
+      out["sliders[" + i + "].activebgcolor"] = c.slider_active;
+      out["sliders[" + i + "].tickcolor"] = c.line;
+    });
+    return out;
+  }
+  function withTheme(layout, mode) {
+    var out = Object.assign({}, layout), update = themeUpdate(layout, mode);
+    Object.keys(update).forEach(function (path) {
+      var parts = path.replace(/\\[(\\d+)\\]/g, ".$1").split("."), o = out;
+      for (var i = 0; i < parts.length - 1; i++) {
+        var k = parts[i];
+        o[k] = Array.isArray(o[k]) ? o[k].slice() : Object.assign({}, o[k] || {});
+        o = o[k];
+      }
+      o[parts[parts.length - 1]] = update[path];
+    });
+    return out;
+  }
+  function follow() {
+    var div = document.getElementById(id), width = div.clientWidth, mode = colourMode();
+    function resized() {
+      if (div.clientWidth === width) { return; }
+      width = div.clientWidth;
+      if (!width || isNarrow(div) === drawnNarrow || !div._fullLayout) { return; }
+      var slider = div.layout.sliders && div.layout.sliders[0], step = slider ? slider.active : null;
+      Plotly.purge(div);
+      draw().then(function () {
+        var first = spec.layout.sliders && spec.layout.sliders[0];
+        if (step === null || !first || step === first.active) { return; }
+        return Plotly.animate(div, [first.steps[step].args[0][0]], {mode: "immediate",
+          frame: {duration: 0, redraw: true}, transition: {duration: 0}}).then(function () {
+          return Plotly.relayout(div, {"sliders[0].active": step});
+        });
+      });
+    }
+    if (window.ResizeObserver) { new ResizeObserver(resized).observe(div); }
+    else { window.addEventListener("resize", resized); }
+    new MutationObserver(function () {
+      var now = colourMode();
+      if (now === mode || !div._fullLayout) { return; }
+      mode = now;
+      Plotly.relayout(div, themeUpdate(div.layout, mode));
+    }).observe(document.documentElement, {attributes: true, attributeFilter: ["data-theme"]});
+  }"""
 
 
 # Re-applies the rule of ``_fit.py`` for the width the browser gives the figure: tick
@@ -121,8 +244,9 @@ FIT_JS = """
       var ax = full[spec.axis], perLine = ax ? Math.max(8, Math.floor(ax._length / 7.8)) : 0;
       if (!perLine) { return; }
       var lines = [], line = "";
+      function plain(t) { return t.replace(/<[^>]*>/g, ""); }
       spec.text.split(" ").forEach(function (word) {
-        if (line && (line + " " + word).length > perLine) { lines.push(line); line = word; }
+        if (line && plain(line + " " + word).length > perLine) { lines.push(line); line = word; }
         else { line = line ? line + " " + word : word; }
       });
       lines.push(line);
@@ -141,6 +265,27 @@ FIT_JS = """
       }));
     }).then(function () { gd._relposFitting = false; }, function () { gd._relposFitting = false; });
   }"""
+
+
+def attach_narrow(fig, narrow, *, below: int = 600):
+    """``fig`` with ``narrow`` as its layout for containers narrower than ``below`` px
+    (``layout.meta.relpos.narrow``, applied by the figure script): ``narrow`` must draw
+    the same traces on the same axes (a grid of other shape: 6 x 1 instead of 3 x 2);
+    its layout replaces ``fig``'s key by key, its traces' settings where they differ."""
+    if len(narrow.data) != len(fig.data):
+        raise ValueError(f"narrow must draw the same {len(fig.data)} traces as fig, got {len(narrow.data)}")
+    layout = narrow.layout.to_plotly_json()
+    for key in ("template", "meta"):
+        layout.pop(key, None)
+    data = []
+    for wide_trace, narrow_trace in zip(fig.data, narrow.data):
+        w, n = wide_trace.to_plotly_json(), narrow_trace.to_plotly_json()
+        data.append({key: value for key, value in n.items() if w.get(key) != value})
+    meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
+    relpos = dict(meta.get("relpos") or {})
+    relpos["narrow"] = dict(below=int(below), layout=layout, data=data)
+    fig.update_layout(meta=dict(meta, relpos=relpos))
+    return fig
 
 
 def figure_mimebundle(fig) -> dict:

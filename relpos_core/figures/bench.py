@@ -1,6 +1,6 @@
 """Figures of a benchmark run (``python -m relpos_core.bench``): the book and the benchmark share them.
 
-Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). Every function reads
+Book: "What it costs" (chapters/08_what_it_costs.ipynb). Every function reads
 the result dict the benchmark writes as JSON (``read_result``); nothing is re-measured.
 
 * ``scheme_figure``: small multiples for one scheme, time, measured peak memory and time
@@ -9,6 +9,7 @@ the result dict the benchmark writes as JSON (``read_result``); nothing is re-me
 * ``scheme_slider``: the same figure with a slider over the schemes, on fixed axes;
 * ``exponent_figure``: every path's growth exponent of time and of memory, with its
   fit error, against the reference slopes 1 (linear) and 2 (quadratic);
+  ``exponent_slider``: the same with a slider over the backends (one screen each);
 * ``analytic_bytes_figure``: ``rp.measure.analytic_bytes`` of every path against L for
   a given (H, d, dtype), with the measured CPU points of a run on top when they match;
 * ``report_html``: all of them on one HTML page (what the benchmark writes next to its JSON).
@@ -20,18 +21,25 @@ import json
 import math
 from pathlib import Path
 
-from ._plotly import plotly_modules
+from relpos_core import schemes
 
-__all__ = ["read_result", "path_style", "scheme_figure", "scheme_slider", "exponent_figure",
+from ._plotly import attach_narrow, plotly_modules
+from .style import MAX_HEIGHT, NEUTRAL, scheme_label
+
+__all__ = ["read_result", "path_style", "scheme_figure", "scheme_slider", "exponent_figure", "exponent_slider",
            "analytic_bytes_figure", "report_html", "FORM_COLORS", "BACKEND_DASH"]
 
-FORM_COLORS = {"none": "#555555", "naive": "#d62728", "gather": "#2ca02c", "skew": "#1f77b4", "hf": "#9467bd"}
+# colour = the kernel form of a path (how the position term is computed), the same in
+# every figure of the costs chapter; colour-blind-safe (Okabe and Ito), told apart by dash and
+# marker too
+FORM_COLORS = {"none": NEUTRAL, "naive": "#d55e00", "gather": "#009e73", "skew": "#0072b2", "hf": "#cc79a7"}
 BACKEND_DASH = {"eager": "dot", "sdpa": "solid", "flex": "dash", "transformers": "dashdot"}
 BACKEND_SYMBOL = {"eager": "square", "sdpa": "circle", "flex": "diamond", "transformers": "star"}
 MIB = 2**20
-DISPLAY = {"none": "no bias", "rope": "RoPE", "alibi": "ALiBi", "t5": "T5", "shaw": "Shaw", "shaw_key": "Shaw key",
-           "deberta": "DeBERTa", "transformer_xl": "Transformer-XL"}
-SHORT = dict(DISPLAY, transformer_xl="TXL")
+#: the schemes' names as the book writes them (``style.scheme_label``: each declaration's ``display``)
+DISPLAY = {s: scheme_label(s) for s in schemes.names()}
+#: names short enough for a slider's steps on a phone (each declaration's ``short``)
+SHORT = {s: schemes.lookup(s).short for s in schemes.names()}
 
 
 def _key_legend(fig, forms, backends) -> None:
@@ -43,13 +51,13 @@ def _key_legend(fig, forms, backends) -> None:
                                  line=dict(color=FORM_COLORS.get(form, "#8c564b"), width=4)))
     for backend in backends:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers", name=backend, hoverinfo="skip",
-                                 line=dict(color="#444", dash=BACKEND_DASH.get(backend, "solid"), width=2),
-                                 marker=dict(color="#444", symbol=BACKEND_SYMBOL.get(backend, "circle"), size=8)))
+                                 line=dict(color=NEUTRAL, dash=BACKEND_DASH.get(backend, "solid"), width=2),
+                                 marker=dict(color=NEUTRAL, symbol=BACKEND_SYMBOL.get(backend, "circle"), size=8)))
 
 
 def _top_legend(height_px: int = 0) -> dict:
     return dict(orientation="h", yref="container", y=1, yanchor="top", x=0, xanchor="left", font=dict(size=12),
-                itemwidth=30)
+                itemwidth=30, traceorder="normal")
 
 
 def read_result(path) -> dict:
@@ -107,8 +115,12 @@ def _ranges(result: dict, mode: str) -> dict:
     )
 
 
+#: a figure's height with room left for a slider under ``style.MAX_HEIGHT``
+HEIGHT = MAX_HEIGHT - 80
+
+
 def scheme_figure(result: dict, scheme: str, *, mode: str = "forward", traces_per_panel: int | None = None,
-                  ranges: dict | None = None, height: int = 780):
+                  ranges: dict | None = None, height: int = HEIGHT):
     """Time, peak memory and time over no-bias SDPA (module rows: over Hugging Face) against L.
 
     One line per path of ``scheme`` in ``mode`` (hover for its fitted exponents);
@@ -173,13 +185,13 @@ def scheme_figure(result: dict, scheme: str, *, mode: str = "forward", traces_pe
         fig.update_xaxes(type="log", range=ranges["x"], tickvals=lengths, ticktext=[str(L) for L in lengths],
                          row=row, col=1)
     fig.update_xaxes(title_text="sequence length L", row=3, col=1)
-    fig.add_hline(y=1.0, line=dict(dash="dot", color="#888", width=1), row=3, col=1)
+    fig.add_hline(y=1.0, line=dict(dash="dot", color=NEUTRAL, width=1), row=3, col=1)
     # r=40: room for the last label of a slider placed under the figure
     fig.update_layout(height=height, margin=dict(l=70, r=40, t=80, b=40), legend=_top_legend())
     return fig
 
 
-def scheme_slider(result: dict, schemes=None, *, mode: str = "forward", height: int = 780):
+def scheme_slider(result: dict, schemes=None, *, mode: str = "forward", height: int = HEIGHT):
     """``scheme_figure`` with a slider over ``schemes`` (default: every scheme of the run), fixed axes."""
     from .slider import slider
 
@@ -200,26 +212,46 @@ def scheme_slider(result: dict, schemes=None, *, mode: str = "forward", height: 
 
 
 def _label(scheme: str, form: str, backend: str, causal: bool) -> str:
-    return f"{SHORT.get(scheme, scheme)} {form}/{backend}" + (", causal" if causal and scheme != "transformer_xl"
-                                                             else "")
+    return f"{DISPLAY.get(scheme, scheme)} {form}/{backend}" + (", causal" if causal and scheme != "transformer_xl"
+                                                               else "")
 
 
-def exponent_figure(result: dict, *, mode: str = "forward", min_points: int = 4, height: int | None = None):
-    """Growth exponents of time and peak memory (slope of log y against log L, bars: fit error)."""
-    go, _ = plotly_modules()
-    from plotly.subplots import make_subplots
-
+def _exponent_fits(result: dict, mode: str, min_points: int) -> list[dict]:
     fits = [f for f in result["fits"] if f["mode"] == mode and f["n"] >= min_points
             and not (f["scheme"] == "none" and f["causal"]) and f.get("block_skipping") is not False]
     if not fits:
         raise ValueError(f"the result has no fits with at least {min_points} lengths in mode {mode!r}")
-    backends = [b for b in BACKEND_DASH if any(f["backend"] == b for f in fits)]
+    return fits
+
+
+def exponent_figure(result: dict, *, mode: str = "forward", min_points: int = 4, height: int | None = None,
+                    backends=None):
+    """Growth exponents of time and peak memory (slope of log y against log L, bars: fit error).
+
+    ``backends`` (default: all) keeps only those backends' paths; the legend keys every
+    form and backend of the run either way, so figures of different backends match (a
+    slider over them: ``exponent_slider``).
+    """
+    go, _ = plotly_modules()
+    from plotly.subplots import make_subplots
+
+    every = _exponent_fits(result, mode, min_points)
+    all_backends = [b for b in BACKEND_DASH if any(f["backend"] == b for f in every)]
+    all_forms = [f for f in FORM_COLORS if any(x["form"] == f for x in every)]
+    if backends is not None:
+        unknown = set(backends) - set(all_backends)
+        if unknown:
+            raise ValueError(f"backends must be among {all_backends} (those of the run in mode {mode!r}), "
+                             f"got {sorted(unknown)}")
+    fits = [f for f in every if backends is None or f["backend"] in backends]
+    backends = [b for b in all_backends if any(f["backend"] == b for f in fits)]
     keys = []
     for f in sorted(fits, key=lambda f: (backends.index(f["backend"]), f["scheme"], f["form"], f["causal"])):
         k = (f["scheme"], f["form"], f["backend"], f["causal"])
         if k not in keys:
             keys.append(k)
-    labels = [_label(*k) for k in keys]
+    one_backend = len(backends) == 1 and len(all_backends) > 1  # the backend is said elsewhere
+    labels = [_label(*k).replace(f"/{k[2]}", "") if one_backend else _label(*k) for k in keys]
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
                         subplot_titles=["time", "memory"])
     for col, quantity in enumerate(("time", "peak_bytes"), start=1):
@@ -241,25 +273,45 @@ def exponent_figure(result: dict, *, mode: str = "forward", min_points: int = 4,
             fig.add_trace(go.Scatter(
                 x=xs, y=ys, mode="markers", name=backend, showlegend=False,
                 marker=dict(color=colours, symbol=BACKEND_SYMBOL.get(backend, "circle"), size=9,
-                            line=dict(color="#222", width=0.5)),
-                error_x=dict(type="data", array=errs, thickness=1.2, width=3, color="#333"),
+                            line=dict(color=NEUTRAL, width=0.5)),
+                error_x=dict(type="data", array=errs, thickness=1.2, width=3, color=NEUTRAL),
                 hovertemplate="%{y}<br>x = %{x:.2f}<extra>" + quantity.replace("_bytes", "") + "</extra>"),
                 row=1, col=col)
         for ref in (1, 2):
-            fig.add_vline(x=ref, line=dict(dash="dot", color="#999", width=1), row=1, col=col)
+            fig.add_vline(x=ref, line=dict(dash="dot", color=NEUTRAL, width=1), row=1, col=col)
         fig.update_xaxes(range=[-0.2, 2.9], tickvals=[0, 1, 2], row=1, col=col)
-    _key_legend(fig, [f for f in FORM_COLORS if any(k[1] == f for k in keys)], backends)
-    for trace in fig.data[-len(backends):]:  # the backends' key: markers only, as plotted
+    keyed_backends = [] if one_backend else all_backends
+    _key_legend(fig, all_forms, keyed_backends)
+    for trace in fig.data[len(fig.data) - len(keyed_backends):]:  # the backends' key: markers, as plotted
         trace.mode = "markers"
     fig.update_yaxes(autorange="reversed", type="category", row=1, col=1, automargin=True)
-    fig.update_xaxes(title_text="exponent x of L^x", row=1, col=1)
-    fig.update_layout(height=height or 160 + 19 * len(keys), margin=dict(l=10, r=10, t=115, b=50),
+    fig.update_xaxes(title_text="exponent x of L<sup>x</sup>", row=1, col=1)
+    height = height or 160 + 17 * len(keys)
+    fig.update_layout(height=height, margin=dict(l=10, r=10, t=115 if keyed_backends else 90, b=50),
                       legend=_top_legend())
-    return fig
+    # on a phone the legend wraps onto more rows: more room above, and for the rows
+    narrow = go.Figure(fig)
+    narrow.update_layout(height=height + 100, margin=dict(t=175 if keyed_backends else 115))
+    return attach_narrow(fig, narrow)
+
+
+def exponent_slider(result: dict, *, mode: str = "forward", min_points: int = 4):
+    """``exponent_figure`` one backend at a time, with a slider over the backends: each
+    screen holds one backend's paths (all of them at once are taller than a screen)."""
+    from .slider import slider
+
+    every = _exponent_fits(result, mode, min_points)
+    backends = [b for b in BACKEND_DASH if any(f["backend"] == b for f in every)]
+    rows = max(len({(f["scheme"], f["form"], f["causal"]) for f in every if f["backend"] == b})
+               for b in backends)
+    height = min(HEIGHT, 135 + 17 * rows)
+    return slider(lambda backend: exponent_figure(result, mode=mode, min_points=min_points, height=height,
+                                                  backends=[backend]),
+                  backends, name="backend")
 
 
 def analytic_bytes_figure(*, H: int, d: int, dtype, lengths, schemes, k: dict | None = None, B: int = 1,
-                          measured: dict | None = None, height: int = 760):
+                          measured: dict | None = None, height: int = HEIGHT):
     """``analytic_bytes`` of every forward path of ``schemes`` against L, one panel per scheme.
 
     ``measured``: a benchmark result; its CPU rows are drawn as open circles on the panels
@@ -276,11 +328,22 @@ def analytic_bytes_figure(*, H: int, d: int, dtype, lengths, schemes, k: dict | 
 
     k = dict(k or {})
     dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    wide = _analytic_bytes_grid(go, make_subplots, analytic_bytes, paths, H=H, d=d, dt=dt, B=B, k=k,
+                                lengths=lengths, schemes=schemes, measured=measured, cols=2, height=height)
+    # on a phone: one panel per row, short enough that six and a slider fit a screen
+    panel = min((height - 125) / -(-len(schemes) // 2), 100)
+    narrow = _analytic_bytes_grid(go, make_subplots, analytic_bytes, paths, H=H, d=d, dt=dt, B=B, k=k,
+                                  lengths=lengths, schemes=schemes, measured=measured, cols=1,
+                                  height=int(145 + len(schemes) * panel), top=105)  # the key wraps
+    return attach_narrow(wide, narrow)
+
+
+def _analytic_bytes_grid(go, make_subplots, analytic_bytes, paths, *, H, d, dt, B, k, lengths, schemes, measured,
+                         cols, height, top=85):
     dtype_name = str(dt).replace("torch.", "")
-    cols = 2
     rows_n = -(-len(schemes) // cols)
     fig = make_subplots(rows=rows_n, cols=cols, shared_xaxes=True, horizontal_spacing=0.1,
-                        vertical_spacing=0.08, subplot_titles=[DISPLAY.get(s, s) for s in schemes])
+                        vertical_spacing=0.3 / rows_n, subplot_titles=[DISPLAY.get(s, s) for s in schemes])
     matches = False
     if measured is not None:
         sz = measured["provenance"]["sizes"]
@@ -302,7 +365,7 @@ def analytic_bytes_figure(*, H: int, d: int, dtype, lengths, schemes, k: dict | 
             name = f"{p.form}/{p.backend}"
             style = path_style(p.form, p.backend)
             fig.add_trace(go.Scatter(x=list(lengths), y=ys, mode="lines", name=name, showlegend=False,
-                                     line=style["line"],
+                                     line=style["line"], legendgroup=name,
                                      hovertemplate="L=%{x}<br>%{y:.4g} MiB (analytic)<extra>" + name + "</extra>"),
                           row=r, col=c)
             mx, my = [], []
@@ -314,6 +377,7 @@ def analytic_bytes_figure(*, H: int, d: int, dtype, lengths, schemes, k: dict | 
                         mx.append(row["L"])
                         my.append(row["peak_bytes"] / MIB)
             fig.add_trace(go.Scatter(x=mx, y=my, mode="markers", name=name + " measured", showlegend=False,
+                                     legendgroup=name,
                                      marker=dict(color=style["line"]["color"], size=9, symbol="circle-open",
                                                  line=dict(width=2)),
                                      hovertemplate="L=%{x}<br>%{y:.4g} MiB measured<extra>" + name + "</extra>"),
@@ -328,7 +392,7 @@ def analytic_bytes_figure(*, H: int, d: int, dtype, lengths, schemes, k: dict | 
         fig.update_yaxes(type="log", range=yr, dtick=2, row=r, col=c, title_text="MiB" if c == 1 else None)
         fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(L) for L in ticks], row=r, col=c,
                          title_text="L" if r == rows_n else None)
-    fig.update_layout(height=height, margin=dict(l=60, r=40, t=85, b=40), legend=_top_legend())
+    fig.update_layout(height=height, margin=dict(l=60, r=40, t=top, b=40), legend=_top_legend())
     return fig
 
 

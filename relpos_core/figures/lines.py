@@ -7,6 +7,19 @@ import numpy as np
 import torch
 
 from ._plotly import plotly_modules
+from .style import SERIES_COLORS, known_schemes, readable, scheme_color, scheme_label
+
+
+def series_color(name: str, schemes: Mapping[str, str] | None = None) -> str | None:
+    """The book's colour for a series: its scheme's (``schemes`` maps series names to
+    registry names; a series named exactly like a scheme, "RoPE" or "rope", needs no
+    entry), or None for a series that is not a scheme."""
+    if schemes and name in schemes:
+        return scheme_color(schemes[name])
+    for scheme in known_schemes():
+        if name in (scheme, scheme_label(scheme)):
+            return scheme_color(scheme)
+    return None
 
 
 def _as_list(name: str, values) -> list:
@@ -31,6 +44,7 @@ def line(
     shape: str = "linear",
     height: int = 420,
     styles: Mapping[str, Mapping] | None = None,
+    schemes: Mapping[str, str] | None = None,
 ):
     """One line per entry of ``series`` (name -> y values, one per x), as a plotly figure.
 
@@ -38,22 +52,41 @@ def line(
     log x axis with at most 12 points is labelled at exactly those points). ``styles``
     maps a series name to plotly trace settings, e.g.
     ``{"measured": dict(mode="markers", marker=dict(symbol="circle-open"))}``.
+
+    A series that stands for a scheme takes the scheme's colour everywhere in the book
+    (``style.scheme_color``): name it like the scheme ("RoPE", "ALiBi") or map its name
+    to the registry name in ``schemes`` (``{"T5, FlexAttention": "t5"}``); a colour in
+    ``styles`` wins. Other series take the book's colour-blind-safe series colours. A
+    plot should show at most ``style.MAX_TRACES`` lines (the browser check counts them).
+    Labels may use LaTeX-like sub- and superscripts (``θ_k``): they are written as text.
     """
     go, _ = plotly_modules()
     xs = _as_list("x", x)
     if not series:
         raise ValueError("series must name at least one line, got an empty mapping")
-    hover = f"{x_label} %{{x}}<br>{y_label} %{{y}}<extra>%{{fullData.name}}</extra>"
+    unknown = set(schemes or {}) - set(series)
+    if unknown:
+        raise ValueError(f"schemes names series that do not exist: {sorted(unknown)}; series are {list(series)}")
+    x_text, y_text = readable(x_label), readable(y_label)
+    hover = f"{x_text} %{{x}}<br>{y_text} %{{y:.4~g}}<extra>%{{fullData.name}}</extra>"
     fig = go.Figure()
+    colours = {str(name): series_color(str(name), schemes) for name in series}
+    free = [c for c in SERIES_COLORS if c not in colours.values()]  # no colour twice
+    for name in colours:
+        if colours[name] is None:
+            colours[name] = free.pop(0) if free else None
     for name, ys in series.items():
         ys = _as_list(f"series[{name!r}]", ys)
         if len(ys) != len(xs):
             raise ValueError(
                 f"series[{name!r}] must have one value per x ({len(xs)}), got {len(ys)}"
             )
+        colour = colours[str(name)]
         fig.add_trace(
             go.Scatter(
-                x=xs, y=ys, name=str(name), mode=mode, line=dict(shape=shape),
+                x=xs, y=ys, name=readable(str(name)), mode=mode,
+                line=dict(shape=shape, **({"color": colour} if colour else {})),
+                marker=dict(color=colour) if colour else None,
                 hovertemplate=hover,
             )
         )
@@ -66,10 +99,10 @@ def line(
             f"series are {list(series)}"
         )
     fig.update_layout(
-        title=dict(text=title, y=0.98) if title else None,
+        title=dict(text=readable(title), y=0.98) if title else None,
         height=height,
-        xaxis=dict(title=x_label, type="log" if log_x else "linear"),
-        yaxis=dict(title=y_label, type="log" if log_y else "linear"),
+        xaxis=dict(title=x_text, type="log" if log_x else "linear"),
+        yaxis=dict(title=y_text, type="log" if log_y else "linear"),
         margin=dict(l=70, r=20, t=90 if title else 50, b=60),
         # above the plot, starting at its left edge: a long legend wraps onto more rows
         # (the top margin grows with it) instead of squeezing the plot

@@ -125,6 +125,46 @@ def frame_layout(fig) -> dict:
     return layout
 
 
+def _narrow_figure(fig):
+    """``fig`` in its narrow layout (``layout.meta.relpos.narrow``), or None if it has none."""
+    go, _ = plotly_modules()
+    meta = (fig.layout.meta or {}).get("relpos") if isinstance(fig.layout.meta, dict) else None
+    patch = (meta or {}).get("narrow")
+    if not patch:
+        return None
+    layout = fig.layout.to_plotly_json()
+    layout.update(patch["layout"])
+    data = []
+    for trace, change in zip(fig.data, patch.get("data") or [{}] * len(fig.data)):
+        trace = trace.to_plotly_json()
+        trace.update({k: v for k, v in (change or {}).items()})
+        data.append(trace)
+    return go.Figure(data=data, layout=layout)
+
+
+def _with_narrow(fig, narrow, height: int) -> dict:
+    """``fig``'s meta with its narrow layout made a frame layout like the wide one: explicit
+    ranges, one height for every frame (the slider's room included) and room below."""
+    meta = dict(fig.layout.meta)
+    relpos = dict(meta["relpos"])
+    layout = frame_layout(narrow)
+    layout["meta"] = {"relpos": {k: v for k, v in ((layout.get("meta") or {}).get("relpos") or {}).items()
+                                 if k != "narrow"}}  # the narrow layout's own tick and text plan
+    margin = narrow.layout.margin.to_plotly_json() if narrow.layout.margin else {}
+    layout["margin"] = {**margin, "b": max(margin.get("b") or 0, 30) + SLIDER_PX}
+    layout["height"] = height
+    relpos["narrow"] = dict(relpos["narrow"], layout=_plain(layout))
+    meta["relpos"] = relpos
+    return meta
+
+
+def _plain(layout: dict) -> dict:
+    """A layout dict with plotly objects turned into plain JSON values."""
+    return {k: (v.to_plotly_json() if hasattr(v, "to_plotly_json") else
+                [x.to_plotly_json() if hasattr(x, "to_plotly_json") else x for x in v] if isinstance(v, (list, tuple))
+                else v) for k, v in layout.items()}
+
+
 class SliderFigure:
     """A figure with a parameter slider; see :func:`slider`."""
 
@@ -210,11 +250,16 @@ class SliderFigure:
                     f"{n_traces} for {self.value!r} but {len(figures[repr(v)].data)} for {v!r}"
                 )
         height = max((fig.layout.height or 450) for fig in figures.values()) + SLIDER_PX
+        narrow = {repr(v): _narrow_figure(figures[repr(v)]) for v in self.values}
+        narrow_height = max((n.layout.height or 450 for n in narrow.values() if n is not None),
+                            default=None)
         frames = []
         for v in self.values:
             fig = figures[repr(v)]
             layout = frame_layout(fig)
             layout["height"] = height
+            if narrow[repr(v)] is not None:
+                layout["meta"] = _with_narrow(fig, narrow[repr(v)], narrow_height + SLIDER_PX)
             frames.append(go.Frame(name=str(v), data=list(fig.data), layout=layout))
         base = go.Figure(figures[repr(self.value)])
         base.update_layout(frames[self.values.index(self.value)].layout.to_plotly_json())
@@ -235,18 +280,23 @@ class SliderFigure:
             for v in self.values
         ]
         margin = base.layout.margin.to_plotly_json() if base.layout.margin else {}
-        base.update_layout(
-            sliders=[
-                dict(
-                    active=self.values.index(self.value),
-                    currentvalue=dict(prefix=f"{self.name} = "),
-                    pad=dict(t=40),
-                    steps=steps,
-                )
-            ],
-            margin={**margin, "b": max(margin.get("b") or 0, 30) + SLIDER_PX},
-            height=height,
-        )
+        below = max(margin.get("b") or 0, 30)  # the figure's own room below its plot
+
+        def control(room_below):  # the slider, under what the figure draws below its plot
+            return dict(active=self.values.index(self.value), currentvalue=dict(prefix=f"{self.name} = "),
+                        pad=dict(t=room_below + 10), steps=steps)
+
+        base.update_layout(sliders=[control(below)], margin={**margin, "b": below + SLIDER_PX},
+                           height=height)
+        narrow_base = narrow[repr(self.value)]
+        if narrow_base is not None:  # the narrow layout places the slider under its own room
+            narrow_margin = narrow_base.layout.margin.to_plotly_json() if narrow_base.layout.margin else {}
+            meta = base.layout.meta.to_plotly_json() if hasattr(base.layout.meta, "to_plotly_json") else dict(base.layout.meta)
+            relpos = dict(meta["relpos"])
+            layout = dict(relpos["narrow"]["layout"])
+            layout["sliders"] = [control(max(narrow_margin.get("b") or 0, 30))]
+            relpos["narrow"] = dict(relpos["narrow"], layout=layout)
+            base.update_layout(meta=dict(meta, relpos=relpos))
         return base
 
     def _repr_mimebundle_(self, include=None, exclude=None):

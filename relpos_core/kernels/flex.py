@@ -1,6 +1,6 @@
 """The FlexAttention backend: the position term computed inside the tile loop, never materialised.
 
-Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb).
+Book: "What it costs" (chapters/08_what_it_costs.ipynb).
 ``torch.nn.attention.flex_attention`` (PyTorch 2.5+) takes a ``score_mod(score, b, h,
 q_idx, kv_idx)`` that edits each logit inside the fused kernel, and a ``BlockMask`` that
 says which (query block, key block) tiles to compute at all. Here the score_mod is built
@@ -10,7 +10,7 @@ from a scheme's ``PositionTerm`` in one of two forms:
   ALiBi needs none, its slope times the offset is computed in the kernel), per-query
   scores q @ E^T [B, H, Lq, R] (Shaw's key term, DeBERTa's c2p, Transformer-XL's (b) + (d))
   or per-key scores k @ E^T [B, H, Lk, R] (DeBERTa's p2c), indexed through a 1-D
-  row-of-offset table. No [Lq, Lk] tensor exists (chapter 8 plots what that costs in
+  row-of-offset table. No [Lq, Lk] tensor exists ("What it costs" plots what that costs in
   time on a GPU, from the reference measurements).
 * ``naive``: it reads an [Lq, Lk] index per pair (T5's bucket-id tensor; FIRE's bias,
   which has no per-offset table): kept to measure the difference, and for FIRE.

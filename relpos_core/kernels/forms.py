@@ -1,4 +1,4 @@
-"""The three forms and what every backend does first (book: chapter 8, chapters/08_what_it_costs.ipynb).
+"""The three forms and what every backend does first (book: chapters/08_what_it_costs.ipynb).
 
 A *form* says how a position term becomes numbers: ``naive`` (per pair), ``gather``
 (per row or offset, then indexed), ``skew`` (per offset, then a strided view). A

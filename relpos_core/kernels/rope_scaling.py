@@ -1,7 +1,7 @@
 """RoPE past its training length: the context-extension scalings, as ``Rotary.scaling`` objects.
 
-Book: chapter 6b, "RoPE past its training length" (chapters/06b_rope_context_extension.ipynb);
-the KV cache of a scaled model in chapter 7b, "The KV cache at the scale of real models".
+Book: "RoPE past its training length" (chapters/06b_rope_context_extension.ipynb);
+the KV cache of a scaled model in "The KV cache at the scale of real models".
 
 A RoPE model trained on sequences of ``L`` tokens has only ever seen angles
 ``n theta_k`` with ``n < L``. Pair k turns at ``theta_k = base^(-2k / r)`` (r: the rotated

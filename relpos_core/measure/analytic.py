@@ -1,6 +1,6 @@
 """Analytic byte counts: the peak memory a kernel path will allocate, before it allocates any.
 
-Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). ``peak_bytes`` walks
+Book: "What it costs" (chapters/08_what_it_costs.ipynb). ``peak_bytes`` walks
 the same steps as the code in ``relpos_core.kernels`` (prologue, form, backend) through a
 tiny allocation ledger: every tensor a step creates is added, every tensor it drops is
 removed, and the largest total is the peak. It counts what ``measure_peak_memory``

@@ -1,6 +1,6 @@
 """Timing: one call (``measure_time``), and the bursts both benchmarks time side by side.
 
-Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb) and chapter 7, "The KV
+Book: "What it costs" (chapters/08_what_it_costs.ipynb) and "The KV
 cache" (chapters/07_the_kv_cache.ipynb). Absolute times drift from machine to machine, so
 the book compares ratios taken in one run.
 

@@ -2,7 +2,7 @@
 
 Paper: Vaswani, Shazeer, Parmar, Uszkoreit, Jones, Gomez, Kaiser and Polosukhin (2017),
 "Attention Is All You Need", NeurIPS 2017 (sinusoidal table); learned tables as in BERT/GPT.
-Book: chapter 1, "Why relative positions" (chapters/01_why_relative_positions.ipynb).
+Book: "Why relative positions" (chapters/01_why_relative_positions.ipynb).
 
 Sign convention: ``none``. A position vector is added to each token before the projections;
 no offset i - j or j - i appears anywhere, so the logit mixes content and position through
@@ -156,7 +156,7 @@ class AbsolutePosition(PositionModule):
     """A (max_positions, d_model) table added to the token embeddings; no attention term.
 
     A learned table's rows beyond the training length never get a gradient: with Adam and
-    no weight decay they keep their initial values (chapter 10 looks at that).
+    no weight decay they keep their initial values (chapters/10_experiments.ipynb looks at that).
     """
 
     def __init__(self, shape, options: AbsoluteOptions):

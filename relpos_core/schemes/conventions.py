@@ -1,7 +1,8 @@
 """The sign-convention table: which offset each scheme uses, and what a positive value means.
 
-Book: chapter 1, "Why relative positions" (chapters/01_why_relative_positions.ipynb) (and the
-failure mode "sign convention flipped" in chapter 9). The two conventions are defined in
+Book: "Why relative positions" (chapters/01_why_relative_positions.ipynb) (and the
+failure mode "sign convention flipped" in "Failure modes", chapters/09_failure_modes.ipynb).
+The two conventions are defined in
 ``relpos_core.offsets``:
 
 * ``key_minus_query``: the offset is ``j - i``; positive means the key comes *after* the query.

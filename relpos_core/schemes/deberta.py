@@ -1,7 +1,7 @@
 """DeBERTa: disentangled attention, clip-and-shift / log-bucket positions, and the EMD.
 
 Paper: Pengcheng He, Xiaodong Liu, Jianfeng Gao, Weizhu Chen, "DeBERTa: Decoding-enhanced
-BERT with Disentangled Attention" (ICLR 2021). Book: chapter 5, "DeBERTa: content and
+BERT with Disentangled Attention" (ICLR 2021). Book: "DeBERTa: content and
 position, disentangled" (chapters/05_deberta.ipynb): disentangled attention,
 clip-and-shift and log-bucket offsets, the EMD.
 

@@ -1,8 +1,9 @@
 """What a scheme file declares, once: ``SCHEME = Scheme(...)``.
 
 Book: the list of schemes in every chapter table, the benchmark, the decoder and the lab
-are all read from these declarations (CONTRIBUTING.md, "Adding a scheme"); chapter 1's
-sign-convention table is built from them (chapters/01_why_relative_positions.ipynb).
+are all read from these declarations (CONTRIBUTING.md, "Adding a scheme"); the
+sign-convention table of "Why relative positions" is built from them
+(chapters/01_why_relative_positions.ipynb).
 
 A scheme file in ``relpos_core/schemes`` (one per scheme; ``relpos_core.schemes`` finds
 it by itself) holds the scheme's maths (its ``position_term`` built from the pieces of
@@ -14,7 +15,7 @@ everything the rest of the library needs to know about it:
   figures), ``paper`` and
   ``cite`` (the key in references.bib), ``chapter`` (the notebook that teaches it);
 * its offsets: ``convention`` ("key_minus_query", "query_minus_key" or "none") and
-  ``formula`` (the sign-convention table of chapter 1 is built from these);
+  ``formula`` (the sign-convention table of "Why relative positions" is built from these);
 * how it enters attention: ``injects`` (input, scalar on the logit, vector on the
   logit, output, rotation of q and k, nothing) and ``causal_only``;
 * its distance parameter (``Distance``): which option it is and what the benchmark's
@@ -24,7 +25,7 @@ everything the rest of the library needs to know about it:
 * ``options``: the dataclass of the module's settings (defaults included) and ``module``:
   the ``PositionModule`` subclass; ``variants``: named settings that behave like a
   scheme of their own (Shaw with the key table only is ``shaw_key``);
-* ``caches``: what a KV cache keeps per token for it (chapter 7's table), and
+* ``caches``: what a KV cache keeps per token for it (the table of "The KV cache"), and
   ``not_decoded``: why a decoder cannot use it (None when it can);
 * ``benchmark_module`` (optional): the Hugging Face module of the scheme and the same
   module with its attention on ``rp.attend`` (``BenchmarkModule``), which the benchmark

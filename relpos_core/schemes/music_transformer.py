@@ -2,7 +2,7 @@
 
 Paper: Cheng-Zhi Anna Huang, Ashish Vaswani, Jakob Uszkoreit, Noam Shazeer, Ian Simon,
 Curtis Hawthorne, Andrew M. Dai, Matthew D. Hoffman, Monica Dinculescu, Douglas Eck,
-"Music Transformer", 2018 (ICLR 2019). Book: chapter 2, "Shaw et al. and the Music Transformer's skew"
+"Music Transformer", 2018 (ICLR 2019). Book: "Shaw et al. and the Music Transformer's skew"
 (chapters/02_shaw_and_skew.ipynb): relative logits without an L x L x d tensor.
 
 Sign convention: ``key_minus_query``. A relative embedding table E has one row per

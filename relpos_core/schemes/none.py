@@ -3,10 +3,11 @@
 Paper: Kazemnejad, Padhi, Natesan Ramamurthy, Das and Reddy (2023), "The Impact of
 Positional Encoding on Length Generalization in Transformers", NeurIPS 2023, who show that
 a causal decoder without any position encoding learns order from its causal mask.
-Book: chapter 1, "Why relative positions" (chapters/01_why_relative_positions.ipynb).
+Book: "Why relative positions" (chapters/01_why_relative_positions.ipynb).
 
 Sign convention: ``none`` (no offset is formed). Bidirectional attention without positions
-is permutation-equivariant (chapter 1 shows it); a causal mask alone breaks that symmetry.
+is permutation-equivariant ("Why relative positions" shows it); a causal mask alone breaks that
+symmetry.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Shaw et al.: learned relative vectors on keys and values.
 
 Paper: Peter Shaw, Jakob Uszkoreit, Ashish Vaswani, "Self-Attention with Relative
-Position Representations", NAACL 2018. Book: chapter 2, "Shaw et al. and the
+Position Representations", NAACL 2018. Book: "Shaw et al. and the
 Music Transformer's skew" (chapters/02_shaw_and_skew.ipynb).
 
 Sign convention: ``key_minus_query``. The offset of key j seen from query i is r = j - i,

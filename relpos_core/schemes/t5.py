@@ -2,8 +2,8 @@
 
 Paper: Raffel, Shazeer, Roberts, Lee, Narang, Matena, Zhou, Li and Liu (2020),
 "Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer",
-JMLR 21. Book: chapter 3, "T5: one scalar per head, looked up by bucket"
-(chapters/03_t5_buckets.ipynb); T5 in a KV cache in chapter 7, "The KV cache"
+JMLR 21. Book: "T5: one scalar per head, looked up by bucket"
+(chapters/03_t5_buckets.ipynb); T5 in a KV cache in "The KV cache"
 (chapters/07_the_kv_cache.ipynb).
 
 Sign convention: ``key_minus_query``. The offset is ``j - i`` (key position minus query
@@ -167,7 +167,7 @@ def position_term(table: torch.Tensor, *, bidirectional: bool = True, max_distan
     or not; gradients reach it on the eager and SDPA backends, and through FlexAttention
     on CUDA). Convention ``key_minus_query``: pair (i, j) reads ``table[bucket(j - i), h]``.
     The term's scale is 1.0: T5 folds 1/sqrt(d) into its initialisation, so its logits
-    are ``q . k + bias`` with no 1/sqrt(d) (chapter 3).
+    are ``q . k + bias`` with no 1/sqrt(d) (chapters/03_t5_buckets.ipynb).
     """
     check_tensor("table", table, ndim=2, floating=True)
     num_buckets = table.shape[0]

@@ -2,7 +2,7 @@
 
 Paper: Zihang Dai, Zhilin Yang, Yiming Yang, Jaime Carbonell, Quoc V. Le, Ruslan
 Salakhutdinov, "Transformer-XL: Attentive Language Models Beyond a Fixed-Length
-Context", ACL 2019. Book: chapter 4, "Transformer-XL: four relative terms and a
+Context", ACL 2019. Book: "Transformer-XL: four relative terms and a
 segment memory" (chapters/04_transformer_xl.ipynb).
 
 Sign convention: ``query_minus_key``. The pair (i, j) uses the sinusoid R_{i-j}; a key
