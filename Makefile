@@ -20,7 +20,9 @@ export RELPOS_CHROMIUM := $(CHROMIUM)
 # nbval: --nbval-cell-timeout in tools/colab_like.py), and a failed book build is run once
 # more: the notebooks that executed come from the execution cache, only the failed ones
 # run again. A real error fails both tries.
+# tools/prime_book_cache.py first runs the pages two at a time into the build's cache.
 define build_book
+	$(PY) tools/prime_book_cache.py
 	$(JB) build . $(1) || { echo "book build failed: trying once more (a hung kernel times out; see Makefile)"; \
 	  $(JB) build . $(1); }
 endef

@@ -97,3 +97,19 @@ def test_imports_relpos_core_under_one_alias(path):
 def test_chapter_checks_its_claims(path):
     asserts = sum(len(re.findall(r"^\s*(assert |torch\.testing\.assert_close)", "".join(c["source"]), re.M)) for c in code_cells(path))
     assert asserts >= 5, f"{path.name}: only {asserts} asserts; every number the prose states needs one"
+
+
+def test_the_cache_primer_runs_every_page_of_the_book():
+    """tools/prime_book_cache.py executes the pages of _toc.yml, the root page first, and
+    nothing that is not a page; a bad worker count is refused before anything runs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prime", ROOT / "tools" / "prime_book_cache.py")
+    prime = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prime)
+    pages = prime.book_pages()
+    assert pages[0] == ROOT / "intro.ipynb"
+    assert sorted(pages) == sorted([ROOT / "intro.ipynb", *ROOT.glob("chapters/*.ipynb")])
+    assert prime.cell_timeout() > 0
+    with pytest.raises(SystemExit):
+        prime.main(["--workers", "0"])
