@@ -7,7 +7,7 @@ with provenance and PNG plots beside it. Every argument and the output path are 
 before any training starts (``relpos_core.outputs``: nothing inside the package or
 ``data/`` unless named, nothing replaced without ``--force``); every finished run is kept
 in ``<out>.partial.jsonl`` at once, and Ctrl-C writes the finished runs, marked
-``"complete": false``. ``--resume`` continues an interrupted run from its partial file
+``"complete": false`` (so does ``kill <pid>``: the worker processes stop too). ``--resume`` continues an interrupted run from its partial file
 (same preset, seeds and learning rates), training only the runs it lacks.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 
@@ -36,6 +37,10 @@ def _learning_rate(text: str) -> float:
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text}")
     return value
+
+
+def _terminate_as_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _unfinished(output: Output) -> tuple[dict, list[dict]]:
@@ -145,6 +150,7 @@ def main(argv=None) -> dict:
         output.finish(res, text=results.results_text(res))
         return res
 
+    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)  # kill <pid>: the same as Ctrl-C
     try:
         run = run_preset(preset, seeds, lrs, progress=not args.no_progress, threads_per_run=args.threads,
                          workers=args.workers, on_record=output.add, skip=skip)
@@ -154,6 +160,8 @@ def main(argv=None) -> dict:
         print(f"\ninterrupted: wrote the {len(finished)} finished run(s) of {len(order)} to {output.path} "
               f"(marked complete: false); continue with --resume", file=sys.stderr)
         raise SystemExit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     res = finish(done + run["runs"], complete=True)
     plots = [] if args.no_plots else figures.save_plots(res, output.path.parent, output.path.stem)
     budget = max(res["preset"]["budgets"])

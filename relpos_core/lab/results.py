@@ -26,6 +26,7 @@ learning rate and every budget):
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -37,7 +38,8 @@ from ..provenance import git_commit, machine
 __all__ = [
     "FORMAT", "COMMITTED", "build_results", "results_text", "save_results", "load_results", "committed_path",
     "load_committed", "lrs", "budgets", "records", "result", "values", "solved", "steps_to_solve", "summary",
-    "t_quantile", "t_interval", "paired", "verdict", "VERDICTS", "length_table", "length_table_markdown",
+    "t_quantile", "t_interval", "paired", "verdict", "VERDICTS", "better", "at_least", "at_most", "solves",
+    "length_table", "length_table_markdown",
     "detail_accuracy", "cosine_similarity", "provenance_line", "git_commit",
 ]
 
@@ -222,6 +224,7 @@ def _t_cdf(t: float, df: int) -> float:
     return 0.5 + half if t > 0 else 0.5 - half
 
 
+@functools.lru_cache(maxsize=256)
 def t_quantile(p: float, df: int) -> float:
     """The p quantile of Student's t with ``df`` degrees of freedom (bisection on ``_t_cdf``)."""
     if not 0 < p < 1:
@@ -311,6 +314,60 @@ def verdict(checks: dict) -> str:
     if same_per_lr:
         return "depends on the learning rate"
     return "does not hold"
+
+
+def _everywhere(results: dict, check) -> dict:
+    """``check(lr, budget) -> (bool, stats)`` at every learning rate and budget: {verdict, checks, stats}."""
+    checks, stats = {}, {}
+    for lr in lrs(results):
+        for b in budgets(results):
+            checks[(lr, b)], stats[(lr, b)] = check(lr, b)
+    return {"verdict": verdict(checks), "checks": checks, "stats": stats}
+
+
+def better(results: dict, run_a: str, run_b: str, probe: str, *, what: str = "accuracy", min_seeds: int = 3,
+           solved_only: bool | None = None) -> dict:
+    """The claim "A scores higher than B at ``probe``": at each (learning rate, budget) the 95% t
+    interval of the paired difference A - B lies above 0, over at least ``min_seeds`` seeds (at a
+    probe beyond the training one, seeds where both runs solved). Returns {verdict, checks, stats}."""
+    def check(lr, b):
+        d = paired(results, run_a, run_b, probe, budget=b, lr=lr, what=what, solved_only=solved_only)
+        return d["n"] >= min_seeds and d["low"] > 0, d
+
+    return _everywhere(results, check)
+
+
+def at_least(results: dict, run_id: str, probe: str, level: float, *, what: str = "accuracy",
+             solved_only: bool = False) -> dict:
+    """The claim "``run_id`` reaches ``level`` at ``probe``": the mean over the seeds of each (learning
+    rate, budget) is at least ``level``. Returns {verdict, checks, stats}."""
+    def check(lr, b):
+        vals = list(values(results, run_id, probe, budget=b, lr=lr, what=what, solved_only=solved_only).values())
+        s = summary(vals) if vals else {"mean": math.nan, "n": 0}
+        return bool(vals) and s["mean"] >= level, s
+
+    return _everywhere(results, check)
+
+
+def at_most(results: dict, run_id: str, probe: str, level: float, *, what: str = "accuracy",
+            solved_only: bool = False) -> dict:
+    """The claim "``run_id`` stays at or below ``level`` at ``probe``" (mean over the seeds)."""
+    def check(lr, b):
+        vals = list(values(results, run_id, probe, budget=b, lr=lr, what=what, solved_only=solved_only).values())
+        s = summary(vals) if vals else {"mean": math.nan, "n": 0}
+        return bool(vals) and s["mean"] <= level, s
+
+    return _everywhere(results, check)
+
+
+def solves(results: dict, run_id: str, *, at_least_k: int | None = None) -> dict:
+    """The claim "``run_id`` solves its task": at each (learning rate, budget) at least ``at_least_k``
+    of its runs (default: all) were solved within the budget."""
+    def check(lr, b):
+        k, n = solved(results, run_id, budget=b, lr=lr)
+        return k >= (n if at_least_k is None else at_least_k), {"solved": k, "runs": n}
+
+    return _everywhere(results, check)
 
 
 # ----------------------------------------------------------------------------- tables

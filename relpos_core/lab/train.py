@@ -299,7 +299,8 @@ def _tables(model: Transformer) -> dict:
 
 
 def jobs_of(preset: Preset, seeds=None, lrs=None) -> list[tuple[RunSpec, int, float]]:
-    """Every (run, seed, learning rate) of ``preset``, in training order (checked)."""
+    """Every (run, seed, learning rate) of ``preset``, in training order (checked): seed by seed,
+    and within a seed every learning rate, so that a run stopped early holds whole seeds."""
     seeds = tuple(preset.seeds if seeds is None else seeds)
     lrs = tuple(preset.lrs if lrs is None else lrs)
     if not seeds:
@@ -310,7 +311,8 @@ def jobs_of(preset: Preset, seeds=None, lrs=None) -> list[tuple[RunSpec, int, fl
         raise ValueError(f"seeds must be distinct, got {list(seeds)}")
     if not lrs or len(set(lrs)) != len(lrs) or not all(isinstance(x, (int, float)) and 0 < x < 1 for x in lrs):
         raise ValueError(f"lrs must be distinct numbers in (0, 1), got {list(lrs)}")
-    return [(spec, seed, lr) for lr in lrs for seed in seeds for spec in preset.runs]
+    # seed by seed, both learning rates: a run stopped early has whole seeds, every learning rate
+    return [(spec, seed, lr) for seed in seeds for lr in lrs for spec in preset.runs]
 
 
 def run_preset(preset: Preset, seeds=None, lrs=None, *, progress: bool = True, threads_per_run: int | None = 1,
@@ -393,8 +395,10 @@ def _run_in_processes(preset, jobs, workers, threads_per_run, bar, on_record=Non
                 bar.set_description(f"done {names[future]}")
                 bar.update(steps[future])
         return [f.result() for f in futures]
-    except BaseException:  # Ctrl-C or a failed run: stop the others now, keep what finished (on_record)
+    except BaseException:  # Ctrl-C, SIGTERM or a failed run: stop the others now, keep what finished (on_record)
         pool.shutdown(wait=False, cancel_futures=True)
+        for process in list(getattr(pool, "_processes", {}).values()):  # running jobs too: no orphans left
+            process.terminate()
         raise
     finally:
         pool.shutdown(wait=True)
