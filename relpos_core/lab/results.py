@@ -39,6 +39,7 @@ __all__ = [
     "FORMAT", "COMMITTED", "build_results", "results_text", "save_results", "load_results", "committed_path",
     "load_committed", "lrs", "budgets", "records", "result", "values", "solved", "steps_to_solve", "summary",
     "t_quantile", "t_interval", "paired", "verdict", "VERDICTS", "better", "at_least", "at_most", "solves",
+    "claims_table",
     "length_table", "length_table_markdown",
     "detail_accuracy", "cosine_similarity", "provenance_line", "git_commit",
 ]
@@ -368,6 +369,29 @@ def solves(results: dict, run_id: str, *, at_least_k: int | None = None) -> dict
         return k >= (n if at_least_k is None else at_least_k), {"solved": k, "runs": n}
 
     return _everywhere(results, check)
+
+
+def _stat_text(st: dict) -> str:
+    if "solved" in st:
+        return f"{st['solved']}/{st['runs']} solved"
+    if "low" in st:
+        if st["n"] == 0:
+            return "no seed solved"
+        return f"{st['mean']:+.2f} [{st['low']:+.2f}, {st['high']:+.2f}] ({st['n']})"
+    return "–" if st.get("n", 0) == 0 else f"{st['mean']:.2f}"
+
+
+def claims_table(rows, results: dict) -> str:
+    """A Markdown table of claims: one row per (text, claim) with the numbers behind the claim at
+    every (learning rate, budget) (paired mean difference [95% interval] (seeds), mean, or runs
+    solved), a mark for whether it holds there, and the verdict."""
+    keys = [(lr, b) for lr in lrs(results) for b in budgets(results)]
+    head = "| claim | " + " | ".join(f"lr {lr:g}, {'cap' if b == 1 else f'{b}x cap'}" for lr, b in keys)
+    lines = [head + " | verdict |", "|---|" + "---|" * len(keys) + "---|"]
+    for text, c in rows:
+        cells = [("✓ " if c["checks"][k] else "✗ ") + _stat_text(c["stats"][k]) for k in keys]
+        lines.append(f"| {text} | " + " | ".join(cells) + f" | **{c['verdict']}** |")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- tables

@@ -396,8 +396,9 @@ def _run_in_processes(preset, jobs, workers, threads_per_run, bar, on_record=Non
                 bar.update(steps[future])
         return [f.result() for f in futures]
     except BaseException:  # Ctrl-C, SIGTERM or a failed run: stop the others now, keep what finished (on_record)
+        running = list((getattr(pool, "_processes", None) or {}).values())  # before shutdown forgets them
         pool.shutdown(wait=False, cancel_futures=True)
-        for process in list(getattr(pool, "_processes", {}).values()):  # running jobs too: no orphans left
+        for process in running:  # the jobs in progress too: no orphaned workers left computing
             process.terminate()
         raise
     finally:
