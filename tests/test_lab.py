@@ -400,12 +400,25 @@ def test_paired_differences_are_seed_by_seed_and_beyond_training_only_on_solved_
     far = R.paired(res, "t/a", "t/b", "L16", lr=1e-3)
     assert far["n"] == 4 and far["seeds"] == [0, 1, 3, 4]  # seed 2: b did not solve its task
     assert R.solved(res, "t/b") == (4, 5)
-    none = R.paired(_fake_results([1] * 5, [1] * 5, [False] * 5, [False] * 5), "t/a", "t/b", "L16", lr=1e-3)
+    unsolved = _fake_results([1] * 5, [1] * 5, [False] * 5, [False] * 5)
+    none = R.paired(unsolved, "t/a", "t/b", "L16", lr=1e-3)
     assert none["n"] == 0 and math.isnan(none["mean"])
+    claim = R.better(res, "t/a", "t/b", "L8")  # one learning rate, two budgets (the same model)
+    assert claim["verdict"] == "holds" and all(claim["checks"].values())
+    assert R.better(unsolved, "t/a", "t/b", "L16")["verdict"] == "untestable"
+    assert R.solves(res, "t/b")["verdict"] == "does not hold"
+    assert R.solves(res, "t/b", at_least_k=4)["verdict"] == "holds"
+    assert R.at_least(res, "t/a", "L8", 0.7)["verdict"] == "holds"
+    assert R.at_most(res, "t/a", "L8", 0.7)["verdict"] == "does not hold"
+    table = R.claims_table([("a beats b", claim)], res)
+    assert table.count("✓") == 2 and "**holds**" in table
 
 
 def test_verdicts_over_learning_rates_and_budgets():
     assert R.verdict({(1, 1): True, (1, 4): True, (2, 1): True, (2, 4): True}) == "holds"
+    assert R.verdict({(1, 1): None, (1, 4): True, (2, 1): None, (2, 4): True}) == "holds where testable"
+    assert R.verdict({(1, 1): None, (1, 4): None, (2, 1): None, (2, 4): None}) == "untestable"
+    assert R.verdict({(1, 1): None, (1, 4): False, (2, 1): None, (2, 4): False}) == "does not hold"
     assert R.verdict({(1, 1): True, (1, 4): False, (2, 1): True, (2, 4): False}) == "budget-dependent"
     assert R.verdict({(1, 1): True, (1, 4): True, (2, 1): False, (2, 4): False}) == "depends on the learning rate"
     assert R.verdict({(1, 1): False, (1, 4): False, (2, 1): False, (2, 4): False}) == "does not hold"

@@ -288,31 +288,37 @@ def paired(results: dict, run_a: str, run_b: str, probe: str, *, budget: int = 1
     return out
 
 
-VERDICTS = ("holds", "budget-dependent", "depends on the learning rate", "does not hold")
+VERDICTS = ("holds", "holds where testable", "budget-dependent", "depends on the learning rate", "does not hold",
+            "untestable")
 
 
 def verdict(checks: dict) -> str:
-    """A claim's verdict from ``{(lr, budget): bool}``, checked at every learning rate and budget.
+    """A claim's verdict from ``{(lr, budget): True | False | None}``, checked at every learning
+    rate and budget (None: not testable there, e.g. too few runs solved the task to compare).
 
-    "holds": everywhere; "budget-dependent": at every learning rate, but not at every
-    budget (it changes between the cap and the longer budget); "depends on the learning
-    rate": the budgets agree but the learning rates do not; "does not hold": nowhere, or
-    mixed in both.
+    "holds": true everywhere; "holds where testable": true wherever it could be tested, but
+    some budget could not test it at any learning rate (no model had solved the task yet);
+    "budget-dependent": the same at every learning rate but not at every budget;
+    "depends on the learning rate": the same at every budget but not at every learning rate;
+    "does not hold": false everywhere it was tested, or mixed both ways; "untestable": nowhere
+    testable.
     """
     if not checks:
         raise ValueError("checks must hold at least one (lr, budget) result")
-    vals = list(checks.values())
-    if all(vals):
-        return "holds"
-    if not any(vals):
-        return "does not hold"
+    tested = {k: v for k, v in checks.items() if v is not None}
+    if not tested:
+        return "untestable"
+    vals = list(tested.values())
     the_lrs = sorted({k[0] for k in checks})
     the_budgets = sorted({k[1] for k in checks})
-    same_per_budget = all(len({checks[(lr, b)] for lr in the_lrs}) == 1 for b in the_budgets)
-    if same_per_budget:
+    if all(vals):
+        untested_budget = any(all(checks[(lr, b)] is None for lr in the_lrs) for b in the_budgets)
+        return "holds where testable" if (untested_budget or len(tested) < len(checks)) else "holds"
+    if not any(vals):
+        return "does not hold"
+    if all(len({checks[(lr, b)] for lr in the_lrs} - {None}) <= 1 for b in the_budgets):
         return "budget-dependent"
-    same_per_lr = all(len({checks[(lr, b)] for b in the_budgets}) == 1 for lr in the_lrs)
-    if same_per_lr:
+    if all(len({checks[(lr, b)] for b in the_budgets} - {None}) <= 1 for lr in the_lrs):
         return "depends on the learning rate"
     return "does not hold"
 
@@ -329,11 +335,12 @@ def _everywhere(results: dict, check) -> dict:
 def better(results: dict, run_a: str, run_b: str, probe: str, *, what: str = "accuracy", min_seeds: int = 3,
            solved_only: bool | None = None) -> dict:
     """The claim "A scores higher than B at ``probe``": at each (learning rate, budget) the 95% t
-    interval of the paired difference A - B lies above 0, over at least ``min_seeds`` seeds (at a
-    probe beyond the training one, seeds where both runs solved). Returns {verdict, checks, stats}."""
+    interval of the paired difference A - B lies above 0 (at a probe beyond the training one, over
+    the seeds where both runs solved; with fewer than ``min_seeds`` such seeds it is not testable
+    there). Returns {verdict, checks, stats}."""
     def check(lr, b):
         d = paired(results, run_a, run_b, probe, budget=b, lr=lr, what=what, solved_only=solved_only)
-        return d["n"] >= min_seeds and d["low"] > 0, d
+        return (None if d["n"] < min_seeds else bool(d["low"] > 0)), d
 
     return _everywhere(results, check)
 
@@ -345,7 +352,7 @@ def at_least(results: dict, run_id: str, probe: str, level: float, *, what: str 
     def check(lr, b):
         vals = list(values(results, run_id, probe, budget=b, lr=lr, what=what, solved_only=solved_only).values())
         s = summary(vals) if vals else {"mean": math.nan, "n": 0}
-        return bool(vals) and s["mean"] >= level, s
+        return (None if not vals else bool(s["mean"] >= level)), s
 
     return _everywhere(results, check)
 
@@ -356,7 +363,7 @@ def at_most(results: dict, run_id: str, probe: str, level: float, *, what: str =
     def check(lr, b):
         vals = list(values(results, run_id, probe, budget=b, lr=lr, what=what, solved_only=solved_only).values())
         s = summary(vals) if vals else {"mean": math.nan, "n": 0}
-        return bool(vals) and s["mean"] <= level, s
+        return (None if not vals else bool(s["mean"] <= level)), s
 
     return _everywhere(results, check)
 
@@ -384,12 +391,14 @@ def _stat_text(st: dict) -> str:
 def claims_table(rows, results: dict) -> str:
     """A Markdown table of claims: one row per (text, claim) with the numbers behind the claim at
     every (learning rate, budget) (paired mean difference [95% interval] (seeds), mean, or runs
-    solved), a mark for whether it holds there, and the verdict."""
+    solved), a mark for whether it holds there (✓, ✗, or ? where it cannot be tested), and the
+    verdict."""
     keys = [(lr, b) for lr in lrs(results) for b in budgets(results)]
     head = "| claim | " + " | ".join(f"lr {lr:g}, {'cap' if b == 1 else f'{b}x cap'}" for lr, b in keys)
     lines = [head + " | verdict |", "|---|" + "---|" * len(keys) + "---|"]
     for text, c in rows:
-        cells = [("✓ " if c["checks"][k] else "✗ ") + _stat_text(c["stats"][k]) for k in keys]
+        marks = {True: "✓ ", False: "✗ ", None: "? "}
+        cells = [marks[c["checks"][k]] + _stat_text(c["stats"][k]) for k in keys]
         lines.append(f"| {text} | " + " | ".join(cells) + f" | **{c['verdict']}** |")
     return "\n".join(lines)
 
