@@ -15,15 +15,26 @@ export RELPOS_CHROMIUM := $(CHROMIUM)
 
 .PHONY: book test serve venv unit notebooks book-strict browser check-python check-chromium colab-cells screenshots clean
 
+# Executing a notebook can hang with the kernel idle (twice in 40 runs of nbclient with
+# ipykernel 7; nbval never hung). Each cell has a timeout (_config.yml: execute.timeout;
+# nbval: --nbval-cell-timeout in tools/colab_like.py), and a failed book build is run once
+# more: the notebooks that executed come from the execution cache, only the failed ones
+# run again. A real error fails both tries.
+define build_book
+	$(JB) build . $(1) || { echo "book build failed: trying once more (a hung kernel times out; see Makefile)"; \
+	  $(JB) build . $(1); }
+endef
+
 book: check-python $(STAMP)
-	$(JB) build .
+	$(call build_book,)
 	@echo
 	@echo "The book is in _build/html: open file://$(CURDIR)/_build/html/index.html, or run 'make serve'."
 
 test: check-python check-chromium $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadgroup tests --ignore=tests/browser
-	$(PY) -m pytest -n 2 --dist loadfile --nbval-lax intro.ipynb chapters
-	$(JB) build . -W -n --keep-going
+	$(PY) -m pytest -n 2 --dist loadgroup tests --ignore=tests/browser --ignore=tests/live
+	$(PY) tools/colab_like.py
+	$(PY) -m pytest tests/live
+	$(call build_book,-W -n --keep-going)
 	$(PY) -m pytest tests/browser
 
 serve: $(STAMP)

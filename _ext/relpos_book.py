@@ -78,14 +78,25 @@ def _register_bibliography_style() -> None:
     from pybtex.style.labels import BaseLabelStyle
 
     class AuthorYearLabels(BaseLabelStyle):
+        """"Vaswani et al., 2017"; the same authors in the same year get 2024a, 2024b, ...
+        (in the bibliography's order), so that no two entries share a label."""
+
         def format_labels(self, sorted_entries):
+            labels = []
             for entry in sorted_entries:
                 authors = entry.persons.get("author", [])
                 names = [" ".join(p.last_names or p.first_names).strip("{}") for p in authors]
                 who = names[0] if len(names) == 1 else (
                     f"{names[0]} and {names[1]}" if len(names) == 2 else f"{names[0]} et al."
                 )
-                yield f"{who}, {entry.fields.get('year', 'n.d.')}"
+                labels.append(f"{who}, {entry.fields.get('year', 'n.d.')}")
+            seen = {}
+            for label in labels:
+                if labels.count(label) == 1:
+                    yield label
+                else:
+                    seen[label] = seen.get(label, 0) + 1
+                    yield label + "abcdefghijklmnopqrstuvwxyz"[seen[label] - 1]
 
     class AuthorYearStyle(UnsrtStyle):
         default_label_style = AuthorYearLabels

@@ -13,20 +13,22 @@ closes a circle):
    time, the path guard, SDPA backend detection);
 5. ``rp.attend``: the one entry point;
 6. ``rp.models`` (one transformer for every scheme) and ``rp.cache`` (its KV cache);
+   ``rp.mla`` (multi-head latent attention and its cache of latents, chapter 7b);
 7. on top: ``rp.decoding`` (chapter 7), ``rp.lab`` (chapter 10), ``rp.failures``
-   (chapter 9), ``rp.figures`` (plotly and ipywidgets load lazily), ``relpos_core.bench``
+   (chapter 9), ``rp.figures`` (plotly and ipywidgets load lazily), ``rp.resources``
+   (the committed data the chapters read, shipped with the package), ``relpos_core.bench``
    (the benchmark, imported on demand).
 """
 from . import budget, offsets, outputs, positions, terms  # noqa: I001  (layer order)
 from . import kernels, schemes
 from . import measure, registry
 from .attend import attend
-from . import cache, models
-from . import decoding, failures, figures, lab
+from . import cache, mla, models
+from . import decoding, failures, figures, lab, resources
 from .kernels.reference import attention, attention_weights
 from .offsets import relative_offsets
 
 __version__ = "0.1.0"
 __all__ = ["attend", "attention", "attention_weights", "relative_offsets", "budget", "offsets", "outputs", "positions",
-           "terms", "schemes", "kernels", "registry", "measure", "models", "cache", "decoding", "failures", "lab",
-           "figures"]
+           "terms", "schemes", "kernels", "registry", "measure", "models", "cache", "mla", "decoding", "failures", "lab",
+           "figures", "resources"]

@@ -9,7 +9,7 @@ guard (``relpos_core.measure.guard``), and a silent SDPA fallback is caught by
 * ``two_token_sign_test``: a flipped sign convention (j - i where the checkpoint expects
   i - j, or the reverse) swaps past and future. Two tokens are enough to see it: the
   key before the query has offset -1 in ``key_minus_query`` and +1 in
-  ``query_minus_key`` (``relpos_core.schemes.conventions`` has every scheme's row).
+  ``query_minus_key`` (``relpos_core.schemes.SIGN_CONVENTIONS`` has every scheme's row).
 * ``bias_table_names``: T5 keeps one bias table per stack, owned by the first block
   (Raffel et al. 2020); a table in every block changes the parameter count and leaves
   checkpoint keys missing. This lists the tables a module owns.
@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import torch
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
-from relpos_core.measure.guard import check_memory
+from relpos_core.budget import check_memory
 
 __all__ = [
     "SignConventionError",
@@ -37,6 +37,7 @@ __all__ = [
     "bias_table_names",
     "distance_probe",
     "read_reference",
+    "REFERENCE",
 ]
 
 BEFORE_OFFSET = {"key_minus_query": -1, "query_minus_key": 1}  # the key before the query: j - i = -1, i - j = +1
@@ -132,7 +133,7 @@ def two_token_sign_test(
     check_tensor("bias", bias, floating=True)
     if bias.dim() < 2 or tuple(bias.shape[-2:]) != (2, 2):
         raise ValueError(f"bias must have shape (..., 2, 2) (two queries, two keys), got {tuple(bias.shape)}")
-    from relpos_core.schemes.conventions import sign_convention
+    from relpos_core.schemes import sign_convention
 
     convention = sign_convention(scheme)["convention"]
     if convention not in BEFORE_OFFSET:
@@ -238,8 +239,18 @@ def distance_probe(
     return out[:, :, 0, 0]  # (n, H): the weight on the target
 
 
-def read_reference(path: str | Path) -> tuple[dict, list[dict]]:
-    """(provenance, records) from a JSON-lines file whose first line is ``{"provenance": {...}}``."""
+#: the GPU reference data shipped with the package (relpos_core/data/README.md)
+REFERENCE = "h200-2026-11-30.jsonl"
+
+
+def read_reference(path: str | Path | None = None) -> tuple[dict, list[dict]]:
+    """(provenance, records) from a JSON-lines file whose first line is ``{"provenance": {...}}``;
+    default: the H200 reference data shipped with the package (``REFERENCE``, found by
+    ``relpos_core.resources``)."""
+    if path is None:
+        from relpos_core import resources
+
+        path = resources.path(REFERENCE)
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path must be an existing JSON-lines file, got {str(path)!r}")

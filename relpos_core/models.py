@@ -209,12 +209,13 @@ class Transformer(nn.Module):
         check_int("seed", seed, min_value=0, max_value=2**63 - 1)
         check_choice("dtype", dtype, MODEL_DTYPES)
         self.config = cfg = config
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.position = cfg.entry.scheme.module(cfg.shape, cfg.options)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
-        self.norm = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, cfg.num_outputs, bias=False)
-        self._init_weights(seed)
+        with torch.random.fork_rng(devices=[]):  # the layers' default initialisation draws from the global RNG
+            self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            self.position = cfg.entry.scheme.module(cfg.shape, cfg.options)
+            self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+            self.norm = nn.LayerNorm(cfg.d_model)
+            self.head = nn.Linear(cfg.d_model, cfg.num_outputs, bias=False)
+        self._init_weights(seed)  # every weight drawn again from its own generator: the caller's RNG is untouched
         self.to(device=device, dtype=dtype)
         self.eval()
 

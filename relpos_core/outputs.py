@@ -78,6 +78,17 @@ class Output:
             return cls(default_path(tool, suffix), explicit=False, force=force, suffix=suffix)
         return cls(Path(out), explicit=True, force=force, suffix=suffix)
 
+    @classmethod
+    def for_command_line(cls, parser, out: str | None, *, tool: str, force: bool = False,
+                         suffix: str = ".json") -> "Output":
+        """``--out`` of a command line, checked before any work: a bad one ends the command with
+        ``parser.error`` naming ``--out`` and why (exists, protected folder, not writable, ...)."""
+        output = cls.from_argument(out, tool=tool, force=force, suffix=suffix)
+        try:
+            return output.check()
+        except ValueError as err:
+            parser.error(f"argument --out: {err}")
+
     def check(self) -> "Output":
         path = self.path
         if path.is_dir():

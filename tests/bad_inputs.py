@@ -131,6 +131,26 @@ def _builder_cases():
                                                                 torch.randn(H, D)), "r_k must have rank 3"
     yield "txl u shape", lambda: s.transformer_xl.position_term(torch.randn(H, 4, D), torch.randn(H, D + 1),
                                                                 torch.randn(H, D)), "u must have size"
+    yield "txl r_k ambiguous (D == H)", lambda: s.transformer_xl.position_term(torch.randn(H, H, D), torch.randn(H, D),
+                                                                               torch.randn(H, D)), "ambiguous"
+    yield "deberta pos_layout", lambda: s.deberta.position_term(torch.randn(H, 8, D), None, att_span=4,
+                                                                pos_layout="dhs"), "pos_layout"
+    yield "kerple kernel", lambda: s.kerple_log.position_term(torch.ones(H), torch.ones(H), kernel="cubic"), "kernel"
+    yield "kerple r2 heads", lambda: s.kerple_log.position_term(torch.ones(H), torch.ones(H + 1)), "r2 must have size"
+    yield "fire params missing", lambda: s.fire.position_term({"w1": torch.ones(4)}), "b1 (width,)"
+    yield "fire w2 width", lambda: s.fire.position_term(dict(w1=torch.ones(4), b1=torch.ones(4), w2=torch.ones(H, 5),
+                                                             b2=torch.ones(H), c=torch.tensor(0.1),
+                                                             L=torch.tensor(8.0))), "params['w2']"
+    yield "xpos scale_base 0", lambda: s.xpos.position_term(scale_base=0), "scale_base must be"
+    yield "rope rotary_dim odd", lambda: s.rope.position_term(rotary_dim=3), "rotary_dim must be even"
+    yield "model unknown option", lambda: rp.models.TransformerConfig("t5", position=dict(k=3)), "not options of t5"
+    yield "model unknown scheme", lambda: rp.models.TransformerConfig("kerple"), "scheme must be one of"
+    yield "model xpos encoder", lambda: rp.models.TransformerConfig("xpos", causal=False), "decoder-only"
+    yield "another model's cache", lambda: rp.models.Transformer(rp.models.TransformerConfig("rope"))(
+        torch.zeros(1, 2, dtype=torch.long), rp.models.Transformer(rp.models.TransformerConfig(
+            "rope", position=dict(base=500.0))).new_cache()), "made for another model"
+    yield "xpos rotated cache", lambda: rp.models.Transformer(rp.models.TransformerConfig("xpos")).new_cache(
+        rope_layout="rotated"), "use rope_layout='unrotated'"
     yield "rope base 1", lambda: s.rope.position_term(base=1), "base must be a real number > 1"
     yield "rope pairing", lambda: s.rope.position_term(pairing="zigzag"), "pairing"
     yield "term scale negative", lambda: rp.terms.PositionTerm("x", "none", scale=-1.0), "scale must be"
@@ -141,12 +161,28 @@ def _builder_cases():
         "memory budget"
     yield "t5_bias_from_table over budget", lambda: _in(memory_budget(2**20), lambda: s.t5.t5_bias_from_table(
         torch.randn(32, 8), 4096)), "memory budget"
+    big_q = torch.empty(1, 1, 4096, 64)  # an empty tensor costs nothing: each builder is refused before it works
+    yield "shaw_attention over budget", lambda: _in(memory_budget(2**30), lambda: s.shaw.shaw_attention(
+        big_q, big_q, big_q, rel_key=torch.zeros(9, 64), max_relative_position=4)), "memory budget"
+    yield "shaw_relative_logits over budget", lambda: _in(memory_budget(2**30), lambda: s.shaw.shaw_relative_logits(
+        big_q, torch.zeros(9, 64), max_relative_position=4)), "memory budget"
+    yield "relative_logits_gather over budget", lambda: _in(memory_budget(2**20), lambda: (
+        s.music_transformer.relative_logits_gather(big_q, torch.zeros(8191, 64)))), "memory budget"
+    yield "transformer_xl_terms over budget", lambda: _in(memory_budget(2**20), lambda: s.transformer_xl.
+                                                          transformer_xl_terms(big_q, big_q, torch.zeros(4096, 1, 64),
+                                                                               torch.zeros(1, 64), torch.zeros(1, 64),
+                                                                               r_layout="LHd")), "memory budget"
+    yield "deberta_delta_index over budget", lambda: _in(memory_budget(2**20), lambda: s.deberta.deberta_delta_index(
+        4096, max_relative_positions=8)), "memory budget"
+    yield "deberta_c2p_p2c over budget", lambda: _in(memory_budget(2**20), lambda: s.deberta.deberta_c2p_p2c(
+        big_q, big_q, torch.zeros(1, 16, 64), torch.zeros(1, 16, 64), torch.empty(4096, 4096, dtype=torch.long),
+        8)), "memory budget"
     yield "attention over budget", lambda: _in(memory_budget(2**20), lambda: rp.attention(
         torch.randn(4096, 8), torch.randn(4096, 8), torch.randn(4096, 8))), "memory budget"
     yield "attention scale numpy", lambda: rp.attention(torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4),
                                                         scale=np.float32(-1)), "scale must be"
     yield "positions length 0", lambda: rp.positions.resolve_positions(0, 4), "query_len"
-    yield "budget 0", lambda: rp.measure.guard.set_memory_budget(0), "nbytes"
+    yield "budget 0", lambda: rp.budget.set_memory_budget(0), "nbytes"
     yield "budget text", lambda: rp.measure.guard.parse_budget("1e400"), "RELPOS_MEMORY_BUDGET"
     yield "budget negative", lambda: rp.measure.guard.parse_budget("-5"), "RELPOS_MEMORY_BUDGET"
     yield "budget fractional", lambda: rp.measure.guard.parse_budget("2.5"), "RELPOS_MEMORY_BUDGET"

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -26,3 +28,14 @@ def pytest_report_header(config):
 
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"compared against {_oracle_versions().split(': ', 1)[1]}")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module's tests (timing-free, but xdist workers share 2 cores); restored after."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -74,7 +74,7 @@ def test_causal_attention_equals_bloom_after_softmax(num_heads, L):
     bloom = hf_bloom.build_alibi_tensor(torch.ones(1, L, dtype=torch.long), num_heads, torch.float32)  # (H, 1, L)
     future = _causal_mask(L, L)
     theirs = (scores + bloom).masked_fill(future, float("-inf")).softmax(-1)
-    ours = (scores + alibi.alibi_bias(num_heads, L)).softmax(-1)
+    ours = (scores + alibi.alibi_bias(num_heads, L)).masked_fill(future, float("-inf")).softmax(-1)  # mask apart
     torch.testing.assert_close(ours, theirs, **TOL)
     # the biases themselves differ by slope * i, constant along each row
     slopes = alibi.alibi_slopes(num_heads)[:, None, None]
@@ -83,24 +83,30 @@ def test_causal_attention_equals_bloom_after_softmax(num_heads, L):
     torch.testing.assert_close(diff, expected, **TOL)
 
 
-def _loop_reference(num_heads, Lq, Lk, causal, offset):
-    """-m_h (i - j) (causal, -inf after the query) or -m_h |i - j|, in float64 from the formula."""
+def _loop_reference(num_heads, Lq, Lk, symmetric, offset):
+    """-m_h (i - j) for every pair (no mask: causality is the mask's job) or -m_h |i - j|, in float64."""
     m = _paper_get_slopes(num_heads)
     out = torch.empty(num_heads, Lq, Lk, dtype=torch.float64)
     for h in range(num_heads):
         for i in range(Lq):
             for j in range(Lk):
                 d = (offset + i) - j
-                out[h, i, j] = float("-inf") if causal and d < 0 else -m[h] * (d if causal else abs(d))
+                out[h, i, j] = -m[h] * (abs(d) if symmetric else d)
     return out
 
 
-@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("symmetric", [False, True])
 @pytest.mark.parametrize("num_heads,Lq,Lk,offset", [(5, 6, 6, 0), (8, 1, 9, 8), (3, 4, 10, 6), (12, 5, 5, 0)])
-def test_bias_equals_loop_reference(causal, num_heads, Lq, Lk, offset):
-    ours = alibi.alibi_bias(num_heads, Lq, Lk, causal=causal, query_offset=offset)
+def test_bias_equals_loop_reference(symmetric, num_heads, Lq, Lk, offset):
+    ours = alibi.alibi_bias(num_heads, Lq, Lk, symmetric=symmetric, query_offset=offset)
     assert ours.shape == (num_heads, Lq, Lk) and ours.dtype == torch.float32
-    torch.testing.assert_close(ours.double(), _loop_reference(num_heads, Lq, Lk, causal, offset), **TOL)
+    assert torch.isfinite(ours).all()  # never -inf: a bias holds no mask
+    torch.testing.assert_close(ours.double(), _loop_reference(num_heads, Lq, Lk, symmetric, offset), **TOL)
+
+
+def test_the_default_places_the_queries_last():
+    """alibi_bias(H, 2, 5): queries at 3 and 4, as rp.attend puts them."""
+    torch.testing.assert_close(alibi.alibi_bias(4, 2, 5), alibi.alibi_bias(4, 2, 5, query_offset=3))
 
 
 @settings(max_examples=20, deadline=None)
@@ -108,22 +114,22 @@ def test_bias_equals_loop_reference(causal, num_heads, Lq, Lk, offset):
 def test_two_token_sign(num_heads, extra, gap):
     """Keys at q - gap (before) and q + gap (after) a query at q (query_minus_key: i - j = +gap, -gap)."""
     q = gap + extra
-    b = alibi.alibi_bias(num_heads, 1, q + gap + 1, causal=True, query_offset=q)[:, 0]  # (H, Lk)
+    b = alibi.alibi_bias(num_heads, 1, q + gap + 1, query_offset=q)[:, 0]  # (H, Lk)
     slopes = alibi.alibi_slopes(num_heads)
-    assert torch.isinf(b[:, q + gap]).all() and (b[:, q + gap] < 0).all()  # the later key is masked
+    torch.testing.assert_close(b[:, q + gap], slopes * gap)  # the later key: i - j = -gap (the mask removes it)
     torch.testing.assert_close(b[:, q - gap], -slopes * gap)  # the earlier key: -m * (i - j)
     assert (b[:, q] == 0).all()
-    s = alibi.alibi_bias(num_heads, 1, q + gap + 1, causal=False, query_offset=q)[:, 0]
+    s = alibi.alibi_bias(num_heads, 1, q + gap + 1, symmetric=True, query_offset=q)[:, 0]
     torch.testing.assert_close(s[:, q - gap], s[:, q + gap])  # bidirectional: symmetric
     assert (s[:, q - gap] < 0).all()
 
 
 @settings(max_examples=15, deadline=None)
-@given(num_heads=st.integers(1, 16), L=st.integers(1, 12), shift=st.integers(1, 500), causal=st.booleans())
-def test_shift_invariance(num_heads, L, shift, causal):
+@given(num_heads=st.integers(1, 16), L=st.integers(1, 12), shift=st.integers(1, 500), symmetric=st.booleans())
+def test_shift_invariance(num_heads, L, shift, symmetric):
     """Every position moved by `shift`: the window's bias and attention do not change."""
-    base = alibi.alibi_bias(num_heads, L, causal=causal)
-    shifted = alibi.alibi_bias(num_heads, L, shift + L, causal=causal, query_offset=shift)[:, :, shift:]
+    base = alibi.alibi_bias(num_heads, L, symmetric=symmetric)
+    shifted = alibi.alibi_bias(num_heads, L, shift + L, symmetric=symmetric, query_offset=shift)[:, :, shift:]
     torch.testing.assert_close(shifted, base, rtol=1e-6, atol=1e-6)
     scores = torch.randn(num_heads, L, L, generator=torch.Generator().manual_seed(shift))
     torch.testing.assert_close((scores + shifted).softmax(-1), (scores + base).softmax(-1), **TOL)
@@ -136,7 +142,8 @@ def test_shift_invariance(num_heads, L, shift, causal):
     (lambda: alibi.alibi_bias(0, 4), "num_heads"),
     (lambda: alibi.alibi_bias(4, 0), "query_len"),
     (lambda: alibi.alibi_bias(4, 3, 0), "key_len"),
-    (lambda: alibi.alibi_bias(4, 3, causal="yes"), "causal"),
+    (lambda: alibi.alibi_bias(4, 3, symmetric="yes"), "symmetric"),
+    (lambda: alibi.alibi_bias(4, 3, 2), "q must not be longer than k"),
     (lambda: alibi.alibi_bias(4, 3, query_offset=0.5), "query_offset"),
 ])
 def test_validation(call, param):

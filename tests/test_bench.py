@@ -1,4 +1,5 @@
-"""python -m relpos_core.bench: the quick preset end to end, its arithmetic, and its argument checks."""
+"""python -m relpos_core.bench: the quick preset end to end, its arithmetic, its argument checks, and
+that it loses nothing (a bad path, an existing file, Ctrl-C)."""
 from __future__ import annotations
 
 import builtins
@@ -12,7 +13,11 @@ import pytest
 import torch
 
 import relpos_core as rp
-from relpos_core import bench, bench_cases, bench_stats
+from relpos_core import bench
+from relpos_core.bench import cases as bench_cases
+from relpos_core.bench import run as bench_run
+from relpos_core.bench import stats as bench_stats
+from relpos_core.bench.__main__ import main as bench_main
 
 # The quick preset with a budget under the naive Shaw call at L = 32 (50 KiB) and over the
 # gather path, so the guard's refusal is part of the run.
@@ -22,14 +27,15 @@ BUDGET = 40_000
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench-quick.json"
-    status = bench.main(["--quick", "--out", str(out), "--budget", str(BUDGET), "--no-progress", "--no-figures"])
+    status = bench_main(["--quick", "--out", str(out), "--budget", str(BUDGET), "--no-progress", "--no-figures"])
     return status, out, json.loads(out.read_text())
 
 
 def test_quick_run_is_green_and_has_provenance(quick):
     status, out, data = quick
     assert status == 0
-    assert data["schema"] == bench.SCHEMA
+    assert data["schema"] == bench.SCHEMA and data["complete"] is True
+    assert not out.with_name(out.name + ".partial.jsonl").exists()  # removed once the result is written
     pv = data["provenance"]
     assert pv["preset"] == "quick" and pv["device"] == "cpu" and pv["dtype"] == "float32"
     assert pv["sizes"]["lengths"] == [16, 32] and pv["memory_budget_bytes"] == BUDGET
@@ -50,8 +56,12 @@ def test_every_registry_path_is_a_row_at_every_length(quick):
             assert row["status"] in ("ok", "skipped"), row
     skipped = [r for r in data["rows"] if r["status"] == "skipped"]
     assert {(r["scheme"], r["form"], r["L"]) for r in skipped} >= {("shaw", "naive", 32), ("deberta", "naive", 32)}
-    for r in skipped:  # the guard's own message: what it needed, the budget, and a path that fits
-        assert "over the memory budget" in r["reason"] and "; use form=" in r["reason"]
+    for r in data["rows"]:  # each scheme's distance parameter as its declaration gives the small preset
+        distance = rp.schemes.lookup(r["scheme"]).scheme.distance
+        assert r["k"] == (None if distance is None else distance.for_preset("small", r["L"]))
+    for r in skipped:  # the guard's own message: what it needed, the budget, and a path that fits (or that none does)
+        assert "over the memory budget" in r["reason"]
+        assert "; use form=" in r["reason"] or "no path that accepts this call fits" in r["reason"]
         assert r["mode"] == "train" or r["analytic_bytes"] > BUDGET
     assert not [r for r in data["rows"] if r["status"] == "error"]
 
@@ -201,11 +211,19 @@ def test_noisy_rows_are_measured_again_then_flagged(monkeypatch):
                "eager": iter([1.0, 1.0, 5.0, 9.0,  # attempt 1: spread out
                               1.0, 7.0, 1.0,  # attempt 2: still
                               8.0, 1.0, 1.0])}  # attempt 3: still
-    monkeypatch.setattr(bench, "make_call", lambda case, *a, **k: ((lambda: case.backend), {}))
-    monkeypatch.setattr(bench, "case_analytic_bytes", lambda *a, **k: 100)
-    monkeypatch.setattr(bench, "batched_cpu_profile", lambda fns: [(100, "none")] * len(fns))
-    monkeypatch.setattr(bench, "_burst", lambda fn, iters, device: (next(scripts[fn()]),) * 2)
-    rows = bench._measure_length(cases, preset, 16, torch.device("cpu"), torch.float32, lambda text: None)
+
+    def fake_burst(fn, iters, device):
+        ms = next(scripts[fn()])
+        return dict(cpu_ms=ms, wall_ms=ms, faults=0.0)
+
+    monkeypatch.setattr(bench_run, "make_call", lambda case, *a, **k: ((lambda: case.backend), {}))
+    monkeypatch.setattr(bench_run, "case_analytic_bytes", lambda *a, **k: 100)
+    monkeypatch.setattr(bench_run, "batched_cpu_profile", lambda fns: [(100, "none")] * len(fns))
+    monkeypatch.setattr(bench_run, "burst", fake_burst)
+    monkeypatch.setattr(rp.measure.timing, "burst", fake_burst)
+    rows, timed = bench_run._prepare_length(cases, preset, 16, torch.device("cpu"), torch.float32, lambda text: None,
+                                            lambda row: None)
+    bench_run._time_rows(timed, preset, torch.device("cpu"))
     steady, spread = rows
     assert steady["attempts"] == 1 and not steady["noisy"] and steady["ms"] == 1.0
     assert spread["attempts"] == 3 and spread["noisy"] and "over the threshold" in spread["noise_reasons"][0]
@@ -223,31 +241,88 @@ def test_batched_profile_agrees_with_the_library(monkeypatch):
     with torch.no_grad():
         for fn in calls:
             fn()
-        batched = bench.batched_cpu_profile(calls)
+        batched = rp.measure.profile.batched_cpu_profile(calls)
         one_by_one = [(rp.measure.measure_peak_memory(fn), rp.measure.detect_sdpa_backend(fn)[1]) for fn in calls]
     assert batched == one_by_one
     assert [b for _, b in batched] == ["flash", "none", "flash"]
 
 
+THREE_CASES = [bench_cases.Case("none", "none", "sdpa"), bench_cases.Case("alibi", "gather", "sdpa"),
+               bench_cases.Case("t5", "gather", "eager")]
+
+
 def test_a_row_that_fails_makes_the_run_fail(tmp_path, monkeypatch, capsys):
-    real = bench.make_call
+    real = bench_run.make_call
 
     def failing(case, *args, **kwargs):
         if case.scheme == "alibi":
             raise RuntimeError("a kernel that breaks")
         return real(case, *args, **kwargs)
 
-    monkeypatch.setattr(bench, "build_cases", lambda p: [bench_cases.Case("none", "none", "sdpa"),
-                                                         bench_cases.Case("alibi", "gather", "sdpa"),
-                                                         bench_cases.Case("t5", "gather", "eager")])
-    monkeypatch.setattr(bench, "make_call", failing)
+    monkeypatch.setattr(bench_run, "build_cases", lambda p: THREE_CASES)
+    monkeypatch.setattr(bench_run, "make_call", failing)
     out = tmp_path / "b.json"
-    status = bench.main(["--quick", "--lengths", "16", "--out", str(out), "--no-progress", "--no-figures"])
+    status = bench_main(["--quick", "--lengths", "16", "--out", str(out), "--no-progress", "--no-figures"])
     assert status == 1
     rows = json.loads(out.read_text())["rows"]  # written before failing
     assert [r["status"] for r in rows] == ["ok", "error", "ok"]
     assert rows[1]["reason"] == "RuntimeError: a kernel that breaks"
     assert "1 row(s) failed" in capsys.readouterr().err
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path, monkeypatch):
+    """Interrupted while timing: the result holds every row, summarised from the bursts taken so far."""
+    monkeypatch.setattr(bench_run, "build_cases", lambda p: THREE_CASES)
+    real = rp.measure.timing.burst
+    calls = []
+
+    def interrupt_later(fn, iters, device):
+        calls.append(1)
+        if len(calls) > 6:  # after two rounds of the three rows
+            raise KeyboardInterrupt
+        return real(fn, iters, device)
+
+    monkeypatch.setattr(rp.measure.timing, "burst", interrupt_later)
+    out = tmp_path / "b.json"
+    status = bench_main(["--quick", "--lengths", "16", "--out", str(out), "--no-progress", "--no-figures"])
+    data = json.loads(out.read_text())
+    assert status == 130 and data["complete"] is False
+    assert [r["status"] for r in data["rows"]] == ["ok", "ok", "ok"] and all(r["time_ms"]["n"] == 2 for r in data["rows"])
+
+
+def test_the_partial_file_keeps_prepared_rows_if_the_process_dies(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_run, "build_cases", lambda p: THREE_CASES)
+    monkeypatch.setattr(bench_run, "_time_rows", lambda *a: (_ for _ in ()).throw(SystemExit(9)))  # a crash
+    out = tmp_path / "b.json"
+    with pytest.raises(SystemExit):
+        bench_main(["--quick", "--lengths", "16", "--out", str(out), "--no-progress", "--no-figures"])
+    assert not out.exists()
+    head, rows = rp.outputs.read_partial(out.with_name(out.name + ".partial.jsonl"))
+    assert head["preset"] == "quick" and [r["scheme"] for r in rows] == ["none", "alibi", "t5"]
+    assert all("peak_bytes" in r for r in rows)  # prepared: first call and memory measured
+
+
+def test_existing_output_is_not_replaced_without_force(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench_run, "build_cases", lambda p: THREE_CASES[:1])
+    out = tmp_path / "b.json"
+    out.write_text("keep me")
+    with pytest.raises(SystemExit):
+        bench_main(["--quick", "--lengths", "16", "--out", str(out), "--no-progress", "--no-figures"])
+    assert out.read_text() == "keep me" and "pass --force" in capsys.readouterr().err
+    assert bench_main(["--quick", "--lengths", "16", "--out", str(out), "--no-progress", "--no-figures",
+                       "--force"]) == 0
+    assert json.loads(out.read_text())["complete"] is True
+
+
+def test_the_default_output_is_outside_the_package_and_data(tmp_path, monkeypatch):
+    from relpos_core.bench.__main__ import parse_args
+
+    monkeypatch.chdir(tmp_path)
+    args = parse_args(["--quick"])
+    assert args.output.path.parent == tmp_path / "relpos-results"
+    monkeypatch.chdir(rp.outputs.PACKAGE)
+    with pytest.raises(SystemExit):
+        parse_args(["--quick"])  # the default would land inside the package: refused
 
 
 @pytest.mark.parametrize("argv, argument, text", [
@@ -259,7 +334,7 @@ def test_a_row_that_fails_makes_the_run_fail(tmp_path, monkeypatch, capsys):
     (["--budget", "inf"], "--budget", "[1, 2**62]"),
     (["--budget", "-1"], "--budget", "[1, 2**62]"),
     (["--budget", "0"], "--budget", "[1, 2**62]"),
-    (["--device", "meta"], "--device", "'cpu' or 'cuda[:N]'"),
+    (["--device", "meta"], "--device", "'cpu', 'cuda' or 'cuda:N', got 'meta'"),
     (["--device", "cuda"], "--device", "torch.cuda.is_available() is False"),
     (["--gpu"], "--device", "torch.cuda.is_available() is False"),
     (["--threads", "0"], "--threads", "must be an integer in [1,"),
@@ -270,9 +345,10 @@ def test_a_row_that_fails_makes_the_run_fail(tmp_path, monkeypatch, capsys):
 ])
 def test_bad_arguments_fail_before_anything_runs(argv, argument, text, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(bench, "run_benchmark", lambda *a, **k: pytest.fail("ran despite a bad argument"))
+    monkeypatch.setattr("relpos_core.bench.__main__.run_benchmark",
+                        lambda *a, **k: pytest.fail("ran despite a bad argument"))
     with pytest.raises(SystemExit) as exit_info:
-        bench.main(argv + ["--out", str(tmp_path / "b.json")])
+        bench_main(argv + ["--out", str(tmp_path / "b.json")])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert argument in err and text in err, err
@@ -281,14 +357,15 @@ def test_bad_arguments_fail_before_anything_runs(argv, argument, text, monkeypat
 
 @pytest.mark.parametrize("make_out, text", [
     (lambda tmp: tmp / "a_file.txt" / "b.json", "cannot write to"),  # parent is a file
-    (lambda tmp: tmp, "is a directory"),
+    (lambda tmp: tmp, "is a folder"),
     (lambda tmp: tmp / "b.csv", "must end in .json"),
 ])
 def test_unwritable_out_fails_before_anything_runs(make_out, text, monkeypatch, capsys, tmp_path):
     (tmp_path / "a_file.txt").write_text("x")
-    monkeypatch.setattr(bench, "run_benchmark", lambda *a, **k: pytest.fail("ran despite a bad --out"))
+    monkeypatch.setattr("relpos_core.bench.__main__.run_benchmark",
+                        lambda *a, **k: pytest.fail("ran despite a bad --out"))
     with pytest.raises(SystemExit) as exit_info:
-        bench.main(["--quick", "--out", str(make_out(tmp_path))])
+        bench_main(["--quick", "--out", str(make_out(tmp_path))])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--out" in err and text in err, err
@@ -314,6 +391,7 @@ def test_cases_come_from_the_registry():
     assert all(c.lengths == (1024,) and c.causal for c in skips)
     modules = {(c.scheme, c.backend) for c in cases if c.mode == "module"}
     assert ("t5", "transformers") in modules and ("deberta", "transformers") in modules
+    assert {c.scheme for c in cases if c.mode == "module"} == set(bench_cases.module_schemes())
 
 
 def test_figures_read_the_result(quick):
@@ -344,14 +422,14 @@ def test_progress_falls_back_without_tqdm(monkeypatch, capsys):
 
     monkeypatch.setattr(builtins, "__import__", no_tqdm)
     items = [1, 2]
-    assert bench._progress(items, "x") is items
+    assert bench_run._progress(items, "x") is items
     assert "tqdm is not installed" in capsys.readouterr().out
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA-only test (tools/gpu_check.sh runs it)")
 def test_quick_preset_on_cuda(tmp_path):
     out = tmp_path / "bench-cuda.json"
-    status = bench.main(["--quick", "--device", "cuda", "--out", str(out), "--no-progress", "--no-figures"])
+    status = bench_main(["--quick", "--device", "cuda", "--out", str(out), "--no-progress", "--no-figures"])
     data = json.loads(out.read_text())
     assert status == 0 and data["provenance"]["device"] == "cuda"
     assert "CUDA events" in data["provenance"]["clock"]
@@ -361,3 +439,12 @@ def test_quick_preset_on_cuda(tmp_path):
     for r in ok:  # the fused kernels keep their tiles on chip: the ledger counts the rest
         if r["mode"] == "forward" and r["backend"] == "eager":
             assert abs(r["peak_over_analytic"] - 1) < 0.10, r
+
+
+def test_the_hugging_face_rows_are_guarded():
+    """A module row of HF's eager module is refused over the budget like any path, before it runs."""
+    preset = bench.resolve_preset("quick", lengths=[64])
+    x = bench_cases.make_inputs(preset, 64, torch.device("cpu"), torch.float32)
+    case = bench_cases.Case("t5", "hf", "transformers", mode="module")
+    with rp.budget.memory_budget(10_000), pytest.raises(rp.budget.MemoryBudgetError, match="T5Attention"):
+        bench_cases.make_call(case, preset, 64, x, torch.device("cpu"), torch.float32, compiled=False)

@@ -76,8 +76,11 @@ def test_delta_table_size_and_formula():
     assert delta.min().item() == 0 and delta.max().item() == 2 * SEED_K - 1
     assert torch.unique(delta).numel() == 2 * SEED_K == 1024  # "2k = 1024 embeddings"
     for k, Lq, Lk in [(1, 4, 4), (3, 9, 5), (5, 6, 14)]:
-        d = db.deberta_delta_index(Lq, Lk, max_relative_positions=k)
+        d = db.deberta_delta_index(Lq, Lk, max_relative_positions=k, query_offset=0)  # the paper's i, j
         expected = torch.tensor([[ref_delta(i, j, k) for j in range(Lk)] for i in range(Lq)])
+        if Lq <= Lk:  # the default: the queries are the last Lq keys
+            assert torch.equal(db.deberta_delta_index(Lq, Lk, max_relative_positions=k),
+                               db.deberta_delta_index(Lq, Lk, max_relative_positions=k, query_offset=Lk - Lq))
         assert torch.equal(d, expected)
 
 
@@ -261,16 +264,17 @@ def test_encoder_stack_with_shared_relative_embeddings_matches_hf(pb):
 
 
 def test_unequal_lengths():
-    # query rows are independent: queries = the first Lq tokens give the first Lq rows
+    # query rows are independent: queries = the last Lq tokens (the one rule) give the last Lq rows
     torch.manual_seed(5)
     ours = db.DisentangledSelfAttention(_config(pb=8))
     x = torch.randn(2, 24, 32)
     rel_emb = torch.randn(16, 32)
     with torch.no_grad():
         full = ours(x, None, rel_emb)
-        part = ours(x, None, rel_emb, query_states=x[:, :7])
-    torch.testing.assert_close(part, full[:, :7], atol=ATOL, rtol=0)
-    # HF: with c2p only, unequal lengths work and agree with ours
+        part = ours(x, None, rel_emb, query_states=x[:, -7:])
+    torch.testing.assert_close(part, full[:, -7:], atol=ATOL, rtol=0)
+    # HF: with c2p only, unequal lengths work; HF puts the queries first (positions 0 .. Lq - 1), so we
+    # pass that placement explicitly and agree
     ref = hf.DisentangledSelfAttention(_hf_config(share=False, pos_att_type=("c2p",))).eval()
     ours_c2p = db.DisentangledSelfAttention(_config(share=False, pos_att_type=("c2p",)))
     ours_c2p.load_state_dict(ref.state_dict())
@@ -278,7 +282,8 @@ def test_unequal_lengths():
     q = x[:, :7]
     with torch.no_grad():
         expected = ref(x, torch.ones(2, 1, 7, 24), query_states=q, rel_embeddings=rel_emb)[0]
-        got = ours_c2p(x, None, rel_emb, query_states=q)
+        got = ours_c2p(x, None, rel_emb, query_states=q,
+                       relative_pos=db.build_relative_position(7, 24, query_offset=0))
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
     # HF 5.24's p2c path builds (Lk, Lk) offsets and fails on Lq != Lk: we document, not copy
     if transformers.__version__.startswith("5.24"):

@@ -34,12 +34,7 @@ SINKS, WINDOW = 2, 3
 DECODED = dec.SCHEMES
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _position(scheme, max_positions=24):
@@ -354,15 +349,69 @@ def test_a_refused_step_leaves_the_cache_unchanged():
 # -- benchmark --------------------------------------------------------------------------
 def test_benchmark_writes_rows_with_provenance(tmp_path):
     out = tmp_path / "kv.json"
-    result = dec.bench.main(["--bench", "--preset", "tiny", "--schemes", "absolute", "alibi",
-                           "--backends", "eager", "sdpa", "--out", str(out)])
+    result = dec.bench.main(["--bench", "--preset", "tiny", "--schemes", "none", "alibi", "fire",
+                             "--backends", "eager", "sdpa", "--out", str(out), "--no-progress"])
     saved = json.loads(out.read_text())
+    assert saved["complete"] is True and not out.with_name(out.name + ".partial.jsonl").exists()
     assert saved["provenance"]["git_commit"] and saved["provenance"]["torch"] == torch.__version__
     assert saved["provenance"]["sizes"]["contexts"] == [16]
     labels = {r["label"] for r in saved["results"]}
-    assert labels == {dec.bench._label(*c) for c in dec.bench.benchmark_cases(["absolute", "alibi"],
+    assert labels == {dec.bench._label(*c) for c in dec.bench.benchmark_cases(["none", "alibi", "fire"],
                                                                               ["eager", "sdpa"])}
-    assert len(labels) == 6  # absolute: none on 2 backends; alibi: naive and gather on 2
-    assert all(r["status"] == "ok" and r["tokens_per_s"] > 0 for r in saved["results"])
+    assert len(labels) == 8  # none: 2 backends; alibi: naive and gather on 2; fire: naive on 2
+    for r in saved["results"]:
+        assert r["status"] == "ok" and r["tokens_per_s"] > 0 and r["step_peak_bytes"] > 0
+        t = r["ms_per_step"]
+        assert t["min"] <= t["median"] <= t["max"] and t["n"] == dec.bench.PRESETS["tiny"]["rounds"]
     ratios = dec.bench.throughput_ratios(result)
-    assert ratios[("absolute: none/sdpa", 16)] == 1.0
+    assert ratios[("none: none/sdpa", 16)] == 1.0
+
+
+def test_benchmark_records_a_prefill_over_budget_and_goes_on(tmp_path):
+    out = tmp_path / "kv.json"
+    with rp.budget.memory_budget(40_000):  # the tiny prefill of Shaw's naive path fits, T5's dense bias does not
+        result = dec.bench.main(["--bench", "--preset", "tiny", "--schemes", "shaw_key", "t5", "--backends", "eager",
+                                 "--contexts", "16", "64", "--out", str(out), "--no-progress"])
+    statuses = {(r["scheme"], r["context"], r["status"]) for r in result["results"]}
+    assert any(s == "skipped" for *_, s in statuses) and any(s == "ok" for *_, s in statuses)
+    for r in result["results"]:
+        if r["status"] == "skipped":
+            assert "over the memory budget" in r["reason"]
+
+
+def test_benchmark_output_is_checked_first(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(dec.bench, "run_decode_benchmark", lambda *a, **k: pytest.fail("ran"))
+    existing = tmp_path / "kv.json"
+    existing.write_text("keep")
+    for argv, text in ((["--out", str(existing)], "pass --force"), (["--contexts", "0"], "[1, 131072]"),
+                       (["--contexts", "999999999"], "[1, 131072]")):
+        with pytest.raises(SystemExit):
+            dec.bench.main(["--bench", "--preset", "tiny"] + argv)
+        assert text in capsys.readouterr().err
+    assert existing.read_text() == "keep"
+    monkeypatch.chdir(rp.outputs.PACKAGE.parent / "data" if (rp.outputs.PACKAGE.parent / "data").is_dir()
+                      else rp.outputs.PACKAGE)
+    with pytest.raises(SystemExit):  # the default path would land in data/ (or the package): refused
+        dec.bench.main(["--bench", "--preset", "tiny"])
+    assert "committed results" in capsys.readouterr().err
+
+
+def test_benchmark_ctrl_c_keeps_what_finished(tmp_path, monkeypatch):
+    real = rp.measure.timing.burst
+    calls = []
+
+    def interrupt(fn, iters, device):
+        calls.append(1)
+        if len(calls) > 3:  # after one round of the three cases
+            raise KeyboardInterrupt
+        return real(fn, iters, device)
+
+    monkeypatch.setattr(rp.measure.timing, "burst", interrupt)
+    out = tmp_path / "kv.json"
+    with pytest.raises(SystemExit) as exc:
+        dec.bench.main(["--bench", "--preset", "tiny", "--schemes", "none", "alibi", "--backends", "sdpa",
+                        "--out", str(out), "--no-progress"])
+    saved = json.loads(out.read_text())
+    assert exc.value.code == 130 and saved["complete"] is False
+    assert {r["status"] for r in saved["results"]} == {"ok"} and all(r["ms_per_step"]["n"] == 1
+                                                                      for r in saved["results"])

@@ -6,11 +6,9 @@
 3. clipping hides long-range order: rp.failures.distance_probe;
 4. a materialised bias that would run out of memory: rp.attend's memory guard refuses first;
 5. a silent SDPA fallback: rp.measure.detect_sdpa_backend and force_sdpa_backend, and what
-   the H200 reference data (data/reference/) says happens on CUDA.
+   the H200 reference data (shipped with the package, relpos_core/data/) says happens on CUDA.
 """
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,8 +23,6 @@ except ImportError:  # pragma: no cover
     transformers = hf_t5 = None
 needs_transformers = pytest.mark.skipif(transformers is None, reason="transformers (the test oracle) is not installed")
 
-ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT / "data" / "reference" / "h200-2026-11-30.jsonl"
 MiB, GiB = 2**20, 2**30
 
 
@@ -345,7 +341,7 @@ def test_math_fallback_holds_the_scores_in_memory():
 
 def test_reference_data_what_a_dense_bias_does_on_cuda():
     """What chapter 9 says about CUDA, read from the committed H200 file (fixed numbers, not a timing run)."""
-    provenance, records = rp.failures.read_reference(REFERENCE)
+    provenance, records = rp.failures.read_reference()  # the copy shipped with relpos_core
     assert provenance["device"] == "NVIDIA H200" and "not relpos_core" in provenance["code"]
     dense = [r for r in records if r.get("path") == "sdpa_densebias"]
     flash = [r for r in dense if r["backend"] == "flash"]

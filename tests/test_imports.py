@@ -19,7 +19,7 @@ PACKAGE = ROOT / "relpos_core"
 # lowest first; a module may import its own layer and the layers below it
 LAYERS = [
     ("ground", ["relpos_core._validate", "relpos_core.budget", "relpos_core.cli", "relpos_core.provenance",
-                "relpos_core.outputs", "relpos_core.positions", "relpos_core.measure._profiler",
+                "relpos_core.outputs", "relpos_core.positions", "relpos_core.resources", "relpos_core.measure._profiler",
                 "relpos_core.measure.memory", "relpos_core.measure.timing"]),
     ("pieces", ["relpos_core.offsets", "relpos_core.terms"]),
     ("kernels", ["relpos_core.kernels", "relpos_core.kernels.*"]),
@@ -27,7 +27,7 @@ LAYERS = [
     ("registry", ["relpos_core.registry"]),
     ("measure", ["relpos_core.measure", "relpos_core.measure.*"]),
     ("attend", ["relpos_core.attend"]),
-    ("model", ["relpos_core.cache", "relpos_core.models"]),
+    ("model", ["relpos_core.cache", "relpos_core.models", "relpos_core.mla"]),
     ("applications", ["relpos_core.decoding", "relpos_core.decoding.*", "relpos_core.lab", "relpos_core.lab.*",
                       "relpos_core.failures", "relpos_core.figures", "relpos_core.figures.*", "relpos_core.bench",
                       "relpos_core.bench.*"]),

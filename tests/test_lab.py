@@ -20,12 +20,7 @@ lab = rp.lab
 R = rp.lab.results
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread, as the lab runs its models: with two, small element-wise ops (cos,
-    sin) can be much slower on a shared 2-core machine."""
-    with lab.train.threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread, as the lab runs
 
 
 def gen(seed=0):
@@ -344,12 +339,12 @@ def test_two_processes_give_the_same_records_in_the_same_order():
 
 def test_untrained_rows_of_the_learned_table_stay_at_their_initial_values():
     quick = _quick(get_preset("full"), cap=3, threshold=1.0, window=50)
-    spec = quick.run("retrieval/learned")
+    spec = quick.run("retrieval_gap/learned")
     record, model = train_run(quick, spec, seed=0, lr=3e-3)
     init = build_model(model.config, seed=derive_seed(0, "init", spec.run_id)).position.weight
     trained = model.position.weight.detach()
-    L = quick.tasks["retrieval"].train_length
-    assert record["untrained_position_rows"] == [L, quick.tasks["retrieval"].max_length]
+    L = quick.tasks["retrieval_gap"].train_length
+    assert record["untrained_position_rows"] == [L, quick.tasks["retrieval_gap"].max_length]
     assert torch.equal(trained[L:], init[L:])  # never seen in training: untouched
     assert not torch.equal(trained[:L], init[:L])
     table = record["input_table"]  # the table's trained rows against the token embeddings, and zeroed
@@ -480,6 +475,52 @@ def test_results_tables_and_figures(tiny_results):
     assert lab.figures.label("shaw-1layer") == f"{rp.schemes.lookup('shaw').display}, one layer"
     with pytest.raises(ValueError, match="run_id must be one of"):
         R.records(res, "marker/xpos")
+
+
+def test_an_unfinished_run_is_read_from_its_partial_file_and_compared_on_whole_seeds(tiny_results, tmp_path):
+    _, res = tiny_results
+    tiny, lrs = get_preset("tiny"), res["provenance"]["lrs"]
+    rows = res["runs"]  # seed 0, every run at both learning rates
+    unfinished = [dict(r, seed=1) for r in rows[:3]]  # seed 1: its first three jobs only
+    head = dict(preset="tiny", seeds=[0, 1], lrs=lrs, command="python -m relpos_core.lab --preset tiny",
+                git_commit="0123456789abcdef", load_start=[0.5, 0.5, 0.5])
+    partial = tmp_path / "lab.json.partial.jsonl"
+    lines = [{"head": head}] + [{"row": r} for r in reversed(rows + unfinished)]  # finished in any order
+    partial.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    before = partial.read_text()
+
+    snap = R.from_partial(partial)
+    assert partial.read_text() == before  # read, never moved or changed
+    jobs = lab.train.jobs_of(tiny, [0, 1], lrs)
+    assert [(r["run_id"], r["seed"], r["lr"]) for r in snap["runs"]] == [
+        (s.run_id, seed, lr) for s, seed, lr in jobs[:len(rows) + 3]]  # the run's order
+    p = snap["provenance"]
+    assert snap["complete"] is False and p["git_commit"] == head["git_commit"] and p["wall_s"] is None
+    assert p["snapshot"]["rows"] == len(rows) + 3 and p["snapshot"]["of"] == len(jobs)
+    assert p["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    R.save_results(snap, tmp_path / "snap.json")
+    loaded = R.load_results(tmp_path / "snap.json")
+    assert R.complete_seeds(loaded) == [0]
+    kept = R.only_complete_seeds(loaded)
+    assert kept["provenance"]["seeds"] == [0] and kept["provenance"]["seeds_dropped"] == [1]
+    assert kept["runs"] == rows and loaded["provenance"]["seeds"] == [0, 1]  # a copy: the file is untouched
+    line = R.provenance_line(kept)
+    assert f"unfinished: {len(rows) + 3} of {len(jobs)} runs" in line and "seeds 1 left out" in line
+    assert "wall time not recorded" in line
+    assert R.only_complete_seeds(res) is res  # a finished run is kept whole
+
+    with pytest.raises(ValueError, match="at least one seed finished"):
+        R.only_complete_seeds({**loaded, "runs": unfinished})
+    with pytest.raises(ValueError, match="path must be an existing partial file"):
+        R.from_partial(tmp_path / "missing.partial.jsonl")
+    stranger = tmp_path / "other.partial.jsonl"
+    stranger.write_text(json.dumps({"head": head}) + "\n" + json.dumps({"row": dict(rows[0], run_id="marker/xpos")}))
+    with pytest.raises(ValueError, match="rows that preset 'tiny' does not define"):
+        R.from_partial(stranger)
+    headless = tmp_path / "headless.partial.jsonl"
+    headless.write_text(json.dumps({"row": rows[0]}) + "\n")
+    with pytest.raises(ValueError, match="no head line"):
+        R.from_partial(headless)
 
 
 def test_load_results_rejects_other_files(tmp_path):

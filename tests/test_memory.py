@@ -18,14 +18,20 @@ H, B = 2, 2
 
 def _call(scheme, form, backend, Lq, Lk, d, causal, compiled=True, seed=0):
     g = torch.Generator().manual_seed(seed)
-    term = registry.example_term(scheme, num_heads=H, head_dim=d, k=40 if scheme == "transformer_xl" else 6,
-                                 generator=g)
+    distance = rp.schemes.lookup(scheme).scheme.distance
+    k = Lk if distance is not None and distance.follows_length else 6  # a row for every distance of the call
+    term = registry.example_term(scheme, num_heads=H, head_dim=d, k=k, generator=g)
     q, k, v = (torch.randn(B if backend != "flex" else 1, H, n, d, generator=g) for n in (Lq, Lk, Lk))
     return term, q, (lambda: rp.attend(q, k, v, term, form=form, backend=backend, causal=causal, compiled=compiled))
 
 
-@pytest.mark.parametrize("path", [p for p in registry.paths() if p.backend != "flex"],
-                         ids=lambda p: f"{p.scheme}-{p.form}-{p.backend}")
+DENSE_PATHS = [p for p in registry.paths() if p.backend != "flex"]
+# every path whose count is compared with a measurement here (FlexAttention's compile costs seconds a shape on
+# CPU: a sample of its paths, the compiled kernels of test_attend)
+MEASURED = {(p.scheme, p.form, p.backend) for p in DENSE_PATHS} | {(c[0], c[1], "flex") for c in COMPILED_CASES}
+
+
+@pytest.mark.parametrize("path", DENSE_PATHS, ids=lambda p: f"{p.scheme}-{p.form}-{p.backend}")
 def test_counted_bytes_match_the_cpu_profiler(path):
     """Eager and SDPA paths, B = 2, Lq != Lk, causal: counted == measured within 1%."""
     Lq, Lk, d = 24, 37, 16
@@ -108,3 +114,18 @@ def test_counts_grow_as_the_formulas_say():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert analytic_bytes("rope", "none", "sdpa", B=1, H=1, Lq=4096, Lk=4096, d=64) < 16 * MiB
+
+
+def test_the_block_mask_of_explicit_positions_is_counted():
+    """Causal FlexAttention with gapped key positions builds its BlockMask from a dense [Lq, Lk] evaluation
+    (create_block_mask): measured here, and in the count the guard uses."""
+    from relpos_core.kernels import flex
+
+    L = 512
+    kept = torch.cat([torch.arange(2), torch.arange(10, L + 8)])  # two sinks, then a window: not a run
+    pos = rp.positions.resolve_positions(L, L, key_positions=kept)
+    measured = measure_peak_memory(lambda: flex.causal_block_mask(pos))
+    term = registry.example_term("alibi", num_heads=H, head_dim=16, k=6)
+    gapped = peak_bytes(term, "gather", "flex", B=1, H=H, Lq=L, Lk=L, d=16, causal=True, contiguous=False)
+    runs = peak_bytes(term, "gather", "flex", B=1, H=H, Lq=L, Lk=L, d=16, causal=True, contiguous=True)
+    assert measured > 9 * L * L and runs < measured <= gapped  # the count of a gapped call holds the evaluation

@@ -13,6 +13,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import colab_cell  # noqa: E402
 
 CHAPTERS = colab_cell.chapters(ROOT)
+PAGES = colab_cell.pages(ROOT)  # every page with a launch button: the landing page and the chapters
 
 
 def load(path):
@@ -50,19 +51,25 @@ def test_toc_lists_every_chapter_and_nothing_missing():
     assert all((ROOT / f"{f}.md").is_file() for f in pages), pages
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
 def test_committed_without_outputs(path):
     for cell in code_cells(path):
         assert not cell.get("outputs"), f"{path.name}: a code cell has stored outputs; strip them before committing"
         assert cell.get("execution_count") is None, f"{path.name}: a code cell has an execution count"
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
 def test_first_code_cell_is_the_colab_setup_from_config(path):
     first = code_cells(path)[0]
     assert "".join(first["source"]) == colab_cell.colab_cell_source(ROOT), (
         f"{path.name}: first code cell is not the Colab set-up cell rendered from _config.yml; run 'make colab-cells'"
     )
+
+
+def test_colab_setup_installs_the_book_extra_from_the_repository():
+    source = colab_cell.colab_cell_source(ROOT)
+    assert f'%pip install --quiet "relpos_core[book] @ git+{colab_cell.repository_url(ROOT)}"' in source
+    assert 'if "google.colab" in sys.modules:' in source  # does nothing outside Colab
 
 
 def test_repository_url_is_defined_once():

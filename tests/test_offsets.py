@@ -14,11 +14,15 @@ def test_conventions_are_negatives_and_antisymmetric(L):
     assert kq.dtype == torch.int64 and kq.shape == (L, L)
 
 
-def test_entries_are_key_minus_query():
+def test_entries_are_key_minus_query_with_the_queries_last():
+    """The one rule: relative_offsets(3, 5) puts the queries at 2, 3, 4, as rp.attend does."""
     kq = rp.relative_offsets(3, 5)
     for i in range(3):
         for j in range(5):
-            assert kq[i, j].item() == j - i
+            assert kq[i, j].item() == j - (i + 2)
+    assert rp.relative_offsets(3, 5, query_offset=0).tolist() == [[j - i for j in range(5)] for i in range(3)]
+    with pytest.raises(ValueError, match="pass query_offset"):
+        rp.relative_offsets(5, 3)  # more queries than keys: they must be placed explicitly
 
 
 def test_query_offset_places_queries_after_keys():

@@ -1,8 +1,10 @@
-"""Render every chapter's Colab set-up cell from the repository URL in _config.yml.
+"""Render every page's Colab set-up cell from the repository URL in _config.yml.
 
 The URL is defined once, in ``_config.yml`` (``repository.url``), which also drives the
-book's Colab launch buttons. ``--write`` rewrites the first code cell of each chapter;
-``--check`` (and tests/test_notebooks.py) fails if any chapter is out of date.
+book's Colab launch buttons. Every page with a launch button (the landing page
+``intro.ipynb`` and each chapter) gets the cell as its first code cell: ``--write``
+rewrites it, or inserts it before the first code cell of a page that has none yet;
+``--check`` (and tests/test_notebooks.py) fails if any page is out of date.
 """
 from __future__ import annotations
 
@@ -41,6 +43,11 @@ def chapters(root: Path = ROOT) -> list[Path]:
     return sorted(p for p in (root / "chapters").glob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
+def pages(root: Path = ROOT) -> list[Path]:
+    """Every notebook the book shows with a launch button: the landing page, then the chapters."""
+    return [root / "intro.ipynb", *chapters(root)]
+
+
 def first_code_cell(notebook: dict) -> dict | None:
     return next((c for c in notebook["cells"] if c["cell_type"] == "code"), None)
 
@@ -52,18 +59,23 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     expected = colab_cell_source()
     stale = []
-    for path in chapters():
+    for path in pages():
         notebook = json.loads(path.read_text())
         cell = first_code_cell(notebook)
         if cell is None or "".join(cell["source"]) != expected:
             stale.append(path)
-            if args.write and cell is not None and "".join(cell["source"]).startswith(MARKER):
+            if not args.write:
+                continue
+            if cell is not None and "".join(cell["source"]).startswith(MARKER):
                 cell["source"] = expected.splitlines(keepends=True)
-                path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
-                print(f"updated {path.relative_to(ROOT)}")
-            elif args.write:
-                print(f"error: {path.relative_to(ROOT)}: first code cell is not the Colab set-up cell", file=sys.stderr)
-                return 1
+            else:  # a page without the cell: insert it before its first code cell
+                new = {"cell_type": "code", "execution_count": None, "id": "colab-setup",
+                       "metadata": {"tags": ["remove-input"]}, "outputs": [],
+                       "source": expected.splitlines(keepends=True)}
+                where = notebook["cells"].index(cell) if cell is not None else len(notebook["cells"])
+                notebook["cells"].insert(where, new)
+            path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+            print(f"updated {path.relative_to(ROOT)}")
     if args.check and stale:
         print("stale Colab cells: " + ", ".join(str(p.relative_to(ROOT)) for p in stale), file=sys.stderr)
         return 1

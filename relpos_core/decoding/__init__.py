@@ -11,16 +11,19 @@ Book: chapter 7, "The KV cache" (chapters/07_the_kv_cache.ipynb).
   position term and checked against the real tensors;
 * ``bench``: decode throughput per scheme and path in one run,
   ``python -m relpos_core.decoding --bench --out FILE``;
-* ``plots``: the chapter's figures (plotly, imported lazily on first use).
+* ``plots``: the chapter's figures (plotly, imported lazily on first use);
+* ``scale`` (chapter 7b): bytes per token of MHA, MQA, GQA and MLA with published
+  configurations as presets, and a decode-step timing of each cache layout,
+  ``python -m relpos_core.decoding --scale --out FILE``.
 
 Only torch is imported here.
 """
 from relpos_core.cache import KVCache
 
-from . import bench, ledger, model, plots
+from . import bench, ledger, model, plots, scale
 from .ledger import bytes_per_token, cache_bytes, shared_position_bytes, step_work
 from .model import NOT_DECODED, SCHEMES, Decoder, DecoderConfig, decode_paths, kept_positions
 
-__all__ = ["model", "ledger", "bench", "plots", "Decoder", "DecoderConfig", "KVCache", "SCHEMES",
+__all__ = ["model", "ledger", "bench", "plots", "scale", "Decoder", "DecoderConfig", "KVCache", "SCHEMES",
            "NOT_DECODED", "decode_paths", "kept_positions", "cache_bytes", "shared_position_bytes",
            "bytes_per_token", "step_work"]

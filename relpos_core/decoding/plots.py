@@ -5,44 +5,61 @@ first use (``relpos_core.figures``), so importing this module needs only torch.
 """
 from __future__ import annotations
 
+from relpos_core import schemes
+from relpos_core.cache import POSITION_BYTES
 from relpos_core.decoding import ledger
+from relpos_core.decoding.model import SCHEMES
 
-__all__ = ["COMPONENT_COLOURS", "position_bytes", "position_bytes_figure", "components_figure",
-           "throughput_figure"]
+__all__ = ["COMPONENT_COLOURS", "label", "layout_rows", "position_bytes", "position_bytes_figure",
+           "components_figure", "throughput_figure"]
 
 # one colour per kind of bytes (categories, not a scale); keys and values in two blues
 COMPONENT_COLOURS = {
     "keys": "#4c78a8",
     "values": "#9ecae9",
-    "memory": "#f58518",
     "position tables": "#e45756",
     "positions": "#54a24b",
 }
-LABELS = {"absolute": "absolute", "shaw": "Shaw", "t5": "T5", "alibi": "ALiBi", "rope_rotated": "RoPE, rotated",
-          "rope_unrotated": "RoPE, unrotated", "transformer_xl": "Transformer-XL"}
 
 
-def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, dtype,
-                   max_relative_position: int = 16, num_buckets: int = 32) -> dict[str, list[float]]:
+def _position_options(scheme: str, context: int) -> dict:
+    """The distance parameter a medium-sized model gives the scheme (its declaration says), for the figures."""
+    distance = schemes.lookup(scheme).scheme.distance
+    if distance is None or distance.follows_length:
+        return {}
+    return {distance.name: distance.for_preset("medium", context)}
+
+
+def label(scheme: str, layout: str | None = None) -> str:
+    """A scheme's display name, and its cache layout when it has two."""
+    name = schemes.lookup(scheme).display
+    return f"{name}, {layout} keys" if layout is not None and len(ledger.layouts(scheme)) > 1 else name
+
+
+def layout_rows() -> list[tuple[str, str | None]]:
+    """(scheme, layout) for every scheme a decoder can use and every cache layout it decodes with."""
+    return [(s, lay) for s in SCHEMES for lay in ledger.layouts(s)]
+
+
+def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, dtype) -> dict[str, list[float]]:
     """Bytes of position state per cached token of one sequence, at each context length.
 
-    The shared tables divided by the context (Transformer-XL's rows cover ``context``
-    distances), and the int64 position a cache keeps per token once eviction leaves gaps.
-    RoPE and absolute positions store none (angles and sinusoids are computed).
+    For every scheme (not its variants) that holds position state while decoding: that
+    state divided by the context (Transformer-XL's rows cover ``context`` distances), with
+    the distance parameter a medium model gives it; and the int64 position a cache keeps
+    per token. Schemes that hold none (RoPE, xPos, absolute, none) have no line.
     """
-    def shared(scheme, context):
-        return ledger.shared_position_bytes(scheme, num_layers=num_layers, num_heads=num_heads,
-                                            head_dim=head_dim, dtype=dtype,
-                                            max_relative_position=max_relative_position,
-                                            num_buckets=num_buckets, distances=context) / context
-
-    return {
-        "Transformer-XL: rows r, u, v": [shared("transformer_xl", c) for c in contexts],
-        "Shaw: key and value tables": [shared("shaw", c) for c in contexts],
-        "T5: bias table": [shared("t5", c) for c in contexts],
-        "ALiBi: slopes": [shared("alibi", c) for c in contexts],
-        "kept position (int64)": [float(ledger.POSITION_BYTES) for _ in contexts],
-    }
+    out = {}
+    for scheme in schemes.SCHEMES:
+        if scheme not in SCHEMES:
+            continue
+        per_token = [ledger.shared_position_bytes(scheme, num_layers=num_layers, num_heads=num_heads,
+                                                  head_dim=head_dim, context=c, dtype=dtype,
+                                                  position=_position_options(scheme, c)) / c for c in contexts]
+        if any(per_token):
+            out[label(scheme)] = per_token
+    out["kept position (int64)"] = [float(POSITION_BYTES) for _ in contexts]
+    return out
 
 
 def position_bytes_figure(series: dict, contexts, *, y_range: tuple[float, float], height: int = 440):
@@ -51,8 +68,8 @@ def position_bytes_figure(series: dict, contexts, *, y_range: tuple[float, float
 
     from relpos_core.figures.lines import line, log_ticks
 
-    styles = {name: dict(line=dict(dash=dash)) for name, dash in
-              zip(series, ["solid", "dash", "dot", "dashdot", "longdash"])}
+    dashes = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+    styles = {name: dict(line=dict(dash=dashes[i % len(dashes)])) for i, name in enumerate(series)}
     fig = line(contexts, series, x_label="context length (tokens)", y_label="bytes per cached token",
                log_x=True, log_y=True, height=height, styles=styles)
     fig.update_yaxes(range=[math.log10(y_range[0]), math.log10(y_range[1])], exponentformat="power",
@@ -69,7 +86,7 @@ def _short(n: int) -> str:
 
 
 def components_figure(context: int, *, num_layers: int, num_heads: int, head_dim: int, dtype, batch: int = 1,
-                      max_relative_position: int = 16, num_buckets: int = 32, height: int = 400):
+                      height: int = 520):
     """Stacked horizontal bars: bytes per cached token of one sequence, by kind, for every
     scheme and layout (the long labels read on a phone).
 
@@ -79,11 +96,14 @@ def components_figure(context: int, *, num_layers: int, num_heads: int, head_dim
     from relpos_core.figures._plotly import plotly_modules
 
     go, _ = plotly_modules()
-    sizes = dict(batch=batch, num_layers=num_layers, num_heads=num_heads, head_dim=head_dim, dtype=dtype,
-                 max_relative_position=max_relative_position, num_buckets=num_buckets)
-    rows = {s: ledger.bytes_per_token(s, context=context, **sizes) for s in ledger.LAYOUT_SCHEMES}
-    ceiling = max(sum(ledger.bytes_per_token(s, context=1, **sizes).values()) for s in ledger.LAYOUT_SCHEMES)
-    names = [LABELS[s] for s in rows]
+    sizes = dict(batch=batch, num_layers=num_layers, num_heads=num_heads, head_dim=head_dim, dtype=dtype)
+
+    def per_token(scheme, c):
+        return ledger.bytes_per_token(scheme, context=c, position=_position_options(scheme, c), **sizes)
+
+    rows = {(s, lay): per_token(s, context) for s, lay in layout_rows()}
+    ceiling = max(sum(per_token(s, 1).values()) for s, _ in rows)
+    names = [label(s, lay) for s, lay in rows]
     fig = go.Figure()
     for kind, colour in COMPONENT_COLOURS.items():  # one bar per scheme, its parts stacked
         fig.add_trace(go.Bar(y=names, x=[rows[s][kind] / 1024 for s in rows], orientation="h", name=kind,
@@ -97,7 +117,7 @@ def components_figure(context: int, *, num_layers: int, num_heads: int, head_dim
 
 
 def throughput_figure(result: dict, *, height: int = 720):
-    """Dot plot: each path's decode tokens/s divided by absolute on SDPA's, one marker per context."""
+    """Dot plot: each path's decode tokens/s divided by no position on SDPA's, one marker per context."""
     from relpos_core.decoding.bench import throughput_ratios
     from relpos_core.figures._plotly import plotly_modules
 
@@ -106,20 +126,20 @@ def throughput_figure(result: dict, *, height: int = 720):
     labels = list(dict.fromkeys(label for label, _ in ratios))
     contexts = sorted({c for _, c in ratios})
     symbols = ["circle", "diamond", "square", "triangle-up", "x"]
-    colours = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2"]
+    colours = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2"]  # one per context length
     fig = go.Figure()
     for i, c in enumerate(contexts):
         ys = [lab for lab in labels if (lab, c) in ratios]
         fig.add_trace(go.Scatter(
             x=[ratios[(lab, c)] for lab in ys], y=ys, mode="markers", name=f"context {c}",
             marker=dict(size=9, symbol=symbols[i % len(symbols)], color=colours[i % len(colours)]),
-            hovertemplate="%{y}<br>%{x:.2f} x the speed of absolute on SDPA<extra>context " + str(c) + "</extra>"))
+            hovertemplate="%{y}<br>%{x:.2f} x the speed of no position on SDPA<extra>context " + str(c) + "</extra>"))
     fig.add_vline(x=1.0, line=dict(color="grey", dash="dot"))
     every = list(ratios.values())
     ticks = [t for t in (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10) if min(every) / 2 <= t <= max(every) * 2]
     fig.update_layout(height=height, margin=dict(l=10, r=20, t=40, b=60),
                       legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0),
-                      xaxis=dict(title="tokens/s ÷ absolute on SDPA", type="log", tickvals=ticks,
+                      xaxis=dict(title="tokens/s ÷ no position on SDPA", type="log", tickvals=ticks,
                                  ticktext=[f"{t:g}×" for t in ticks]),
                       yaxis=dict(autorange="reversed", automargin=True, categoryorder="array",
                                  categoryarray=labels))

@@ -8,9 +8,10 @@
   every ``v`` in ``values``, precomputed when the cell ran (plotly frames).
 
 Both live in one output bundle, and each front end picks the representation it can
-draw: Jupyter and Colab prefer the widget view; the book's ``_config.yml`` drops the
-widget view for HTML (``nb_mime_priority_overrides``), so the page gets the plotly
-slider. The same cell does the right thing in both places.
+draw: JupyterLab prefers the widget view (tests/live moves these sliders in a running
+JupyterLab); the book's ``_config.yml`` drops the widget view for HTML
+(``nb_mime_priority_overrides``), so the page gets the plotly slider. The same cell does
+the right thing in both places. Works with ipywidgets 7.7 (what Colab ships) and 8.
 """
 from __future__ import annotations
 
@@ -172,10 +173,12 @@ class SliderFigure:
             output = widgets.Output()
 
             def redraw(change):
-                self.value = change["new"]
-                self.current_figure = self._figure(self.value)  # recomputed, not looked up
+                # inside the output: an error while recomputing shows there as a traceback
+                # (a widget callback's exception would otherwise only reach the kernel's log)
                 with output:
                     output.clear_output(wait=True)
+                    self.value = change["new"]
+                    self.current_figure = self._figure(self.value)  # recomputed, not looked up
                     display(self.current_figure)
 
             control.observe(redraw, names="value")
@@ -249,11 +252,14 @@ class SliderFigure:
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = figure_mimebundle(self.static_figure())
         try:
-            widget_bundle = self.widget._repr_mimebundle_()
+            widget = self.widget
         except ImportError:  # no ipywidgets: the static slider still works
-            widget_bundle = None
-        if widget_bundle:
-            bundle["application/vnd.jupyter.widget-view+json"] = widget_bundle["application/vnd.jupyter.widget-view+json"]
+            widget = None
+        if widget is not None and getattr(widget, "comm", None) is not None:
+            # the widget view, written out: ipywidgets 7 (Colab's) has no _repr_mimebundle_,
+            # and 8's gives the same three keys
+            bundle["application/vnd.jupyter.widget-view+json"] = {
+                "version_major": 2, "version_minor": 0, "model_id": widget.model_id}
         bundle["text/plain"] = f"<slider over {self.name} = {self.values}>"
         return bundle
 

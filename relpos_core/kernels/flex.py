@@ -10,19 +10,19 @@ from a scheme's ``PositionTerm`` in one of two forms:
   ALiBi needs none, its slope times the offset is computed in the kernel), per-query
   scores q @ E^T [B, H, Lq, R] (Shaw's key term, DeBERTa's c2p, Transformer-XL's (b) + (d))
   or per-key scores k @ E^T [B, H, Lk, R] (DeBERTa's p2c), indexed through a 1-D
-  row-of-offset table. No [Lq, Lk] tensor exists. On an H200 the T5 per-offset table ran
-  at 2.4x the no-bias time at L = 16384 (``../shared/reference``, chapter 8).
-* ``naive``: it reads an [Lq, Lk] index per pair (T5's bucket-id tensor, 11.3x on that
-  H200): kept to measure the difference.
+  row-of-offset table. No [Lq, Lk] tensor exists (chapter 8 plots what that costs in
+  time on a GPU, from the reference measurements).
+* ``naive``: it reads an [Lq, Lk] index per pair (T5's bucket-id tensor; FIRE's bias,
+  which has no per-offset table): kept to measure the difference, and for FIRE.
 
 Causality is never written into a score_mod: it is a ``BlockMask``, built once per call
 from block arithmetic (no [Lq, Lk] evaluation) for contiguous positions, so the kernel
 skips every tile above the diagonal; explicit positions use ``create_block_mask``.
 Shaw's value term changes the output, not the logits: no score_mod can express it.
 
-Tables a score_mod reads are fp32 whatever the q/k/v dtype (the H200 reference: a bf16 T5
-table made the kernel 35x slower than an fp32 one), and indexed as 2-D (in torch 2.13 a
-4-D table indexed with ``clamp`` hits an inductor C++ codegen error on CPU).
+Tables a score_mod reads are fp32 whatever the q/k/v dtype (one dtype for every table, so
+one compiled kernel serves every input dtype), and indexed as 2-D (in torch 2.13 a 4-D
+table indexed with ``clamp`` hits an inductor C++ codegen error on CPU).
 
 Training: FlexAttention has no backward on CPU (torch 2.13 raises "FlexAttention does
 not support backward on CPU"). When gradients are needed on CPU, ``attention`` warns
@@ -108,7 +108,7 @@ def full_block_mask(query_len: int, key_len: int, device, block_size: int = BLOC
     """A BlockMask in which every tile is computed (no masking), built from block counts alone.
 
     Passed instead of ``block_mask=None``, for which torch 2.13 evaluates a dense
-    [Lq, Lk] mask to build its default one (about 14 bytes per pair on CPU, measured).
+    [Lq, Lk] mask to build its default one (``tests/test_memory.py`` counts such an evaluation).
     """
     from torch.nn.attention.flex_attention import BlockMask
 

@@ -1,6 +1,6 @@
 """Plain scaled dot-product attention with an optional additive bias, written out:
 ``rp.attention`` and ``rp.attention_weights``, the reference chapter 1 builds every
-scheme on.
+scheme on (chapters/01_why_relative_positions.ipynb).
 
 Kept explicit (no fused kernel) so the book can show each step; ``rp.attend`` computes
 the same numbers for every scheme on every kernel path. Same rules as there: the queries

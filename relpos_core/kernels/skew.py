@@ -149,11 +149,18 @@ def skew_view(per_offset: torch.Tensor, query_len: int, key_len: int, *, side: s
         raise ValueError(f"per_offset must be (B, H, {Lq if side == 'query' else Lk}, Lq + Lk - 1 = {Lq + Lk - 1}) "
                          f"for Lq = {Lq}, Lk = {Lk}, got shape {tuple(per_offset.shape)}")
     t = per_offset.contiguous()
-    sb, sh = t.stride(0), t.stride(1)
+    return _view(t, Lq, Lk, side, t.storage_offset())
+
+
+def _view(t: torch.Tensor, Lq: int, Lk: int, side: str, base: int = 0) -> torch.Tensor:
+    """``skew_view`` of a contiguous tensor whose elements start ``base`` into its storage (the kernels pass
+    tensors they allocated, base 0: reading ``storage_offset()`` would break a torch.compile graph)."""
+    B, H, _, R = t.shape
+    sb, sh = (R * t.shape[2]) * H, R * t.shape[2]  # the strides of a contiguous (B, H, rows, R) tensor
     if side == "query":  # element i R + (j - i + Lq - 1) = i (R - 1) + j + Lq - 1
-        return t.as_strided((B, H, Lq, Lk), (sb, sh, R - 1, 1), t.storage_offset() + Lq - 1)
+        return t.as_strided((B, H, Lq, Lk), (sb, sh, R - 1, 1), base + Lq - 1)
     # key side: element j R + (i - j + Lk - 1) = j (R - 1) + i + Lk - 1
-    return t.as_strided((B, H, Lq, Lk), (sb, sh, 1, R - 1), t.storage_offset() + Lk - 1)
+    return t.as_strided((B, H, Lq, Lk), (sb, sh, 1, R - 1), base + Lk - 1)
 
 
 def _require_contiguous(pos):
@@ -185,16 +192,16 @@ def vector_logits(term, q: torch.Tensor, k: torch.Tensor, pos) -> torch.Tensor |
     for piece in term.query_vectors:
         x = q if piece.shift is None else q + piece.shift[None, :, None, :].to(q.dtype)  # (B, H, Lq, d)
         e = per_offset_table(piece.table, piece.rows, pos).to(q.dtype)  # (R_off, d) or (H, R_off, d)
-        per_offset = x @ e.transpose(-2, -1)  # (B, H, Lq, R_off)
+        per_offset = (x @ e.transpose(-2, -1)).contiguous()  # (B, H, Lq, R_off), a fresh tensor
         del e
-        view = skew_view(per_offset, Lq, Lk, side="query")  # (B, H, Lq, Lk), no copy
+        view = _view(per_offset, Lq, Lk, "query")  # (B, H, Lq, Lk), no copy
         out = view.clone() if out is None else out.add_(view)
         del view, per_offset
     for piece in term.key_vectors:
         e = per_offset_table(piece.table, piece.rows, pos, reverse=True).to(k.dtype)  # (R_off, d) or (H, R_off, d)
-        per_offset = k @ e.transpose(-2, -1)  # (B, H, Lk, R_off), offsets in reversed order
+        per_offset = (k @ e.transpose(-2, -1)).contiguous()  # (B, H, Lk, R_off), offsets in reversed order
         del e
-        view = skew_view(per_offset, Lq, Lk, side="key")  # (B, H, Lq, Lk)
+        view = _view(per_offset, Lq, Lk, "key")  # (B, H, Lq, Lk)
         out = view.clone(memory_format=torch.contiguous_format) if out is None else out.add_(view)
         del view, per_offset
     return out
@@ -205,7 +212,7 @@ def value_output(value, probs: torch.Tensor, pos) -> torch.Tensor:
     _require_contiguous(pos)
     B, H, Lq, Lk = probs.shape
     per_offset = probs.new_zeros(B, H, Lq, Lq + Lk - 1)  # (B, H, Lq, R_off)
-    skew_view(per_offset, Lq, Lk, side="query").copy_(probs)  # each pair lands in its offset column
+    _view(per_offset, Lq, Lk, "query").copy_(probs)  # each pair lands in its offset column
     e = per_offset_table(value.table, value.rows, pos).to(probs.dtype)  # (R_off, d) or (H, R_off, d)
     return per_offset @ e  # (B, H, Lq, d)
 

@@ -3,9 +3,9 @@ on synthetic tasks on a CPU until they solve them (or a cap), evaluated up to 51
 (chapter 10, "Experiments": chapters/10_experiments.ipynb).
 
 ``python -m relpos_core.lab --preset book`` runs the chapter's experiments on a reduced
-grid; ``--preset full`` is what the chapter reads (committed in ``data/lab/``); in Python,
-``run_preset(get_preset("tiny"))`` returns the same records. Modules: ``tasks`` (seeded
-generators), ``models`` (the family: the library's one transformer, ``relpos_core.models``),
+grid; ``--preset full`` is what the chapter reads (committed as
+``relpos_core/data/lab-full.json``); in Python, ``run_preset(get_preset("tiny"))``
+returns the same records. Modules: ``tasks`` (seeded generators), ``models`` (the family: the library's one transformer, ``relpos_core.models``),
 ``train`` (training to a solve criterion, evaluation), ``presets``, ``results`` (JSON with
 provenance, paired statistics, claim verdicts), ``figures`` (plotly for the book, PNGs for
 the CLI). Only torch is imported here; plotly, matplotlib and tqdm load when first used.

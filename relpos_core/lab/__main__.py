@@ -104,20 +104,25 @@ def main(argv=None) -> dict:
         ap.error(f"argument --lrs: learning rates must be distinct, got {args.lrs}")
     if args.resume and args.out is None:
         ap.error("argument --resume: name the interrupted run's results file with --out")
-    output = Output.from_argument(args.out, tool=f"lab-{args.preset}", force=args.force or args.resume)
+    tool = f"lab-{args.preset}"
     done: list[dict] = []
-    try:
-        if args.resume:
+    head: dict = {}
+    if args.resume:  # the partial file must be there: read it, then check the output allowing it
+        output = Output.from_argument(args.out, tool=tool, force=True)
+        try:
             head, done = _unfinished(output)
-            if head is None or head.get("preset") != args.preset:
+            if head.get("preset") != args.preset:
                 raise ValueError(f"--resume: {output.partial} is a run of preset "
-                                 f"{(head or {}).get('preset')!r}, not {args.preset!r}")
-        output.check()
-        if not args.no_plots and not (args.force or args.resume) and any(
-                output.path.parent.glob(f"{output.path.stem}-*.png")):
-            raise ValueError(f"plots named {output.path.stem}-*.png exist beside it: pass --force to replace them")
-    except ValueError as err:
-        ap.error(f"argument --out: {err}")
+                                 f"{head.get('preset')!r}, not {args.preset!r}")
+            output.check()
+        except ValueError as err:
+            ap.error(f"argument --out: {err}")
+    else:
+        output = Output.for_command_line(ap, args.out, tool=tool, force=args.force)
+    if not args.no_plots and not (args.force or args.resume) and any(
+            output.path.parent.glob(f"{output.path.stem}-*.png")):
+        ap.error(f"argument --out: plots named {output.path.stem}-*.png exist beside {output.path}: "
+                 f"pass --force to replace them")
     preset = get_preset(args.preset)
     seeds = tuple(args.seeds) if args.seeds is not None else preset.seeds
     lrs = tuple(args.lrs) if args.lrs is not None else preset.lrs

@@ -20,9 +20,6 @@ __all__ = ["LABELS", "label", "color", "length_figure", "steps_figure", "curves_
 
 LABELS = {name: schemes.lookup(name).display for name in schemes.names()}  # from the declarations
 _SUFFIXES = {"1layer": "one layer", "k16": "k = 16", "sinusoidal": "sinusoidal start"}
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-            "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354")
-COLORS = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(schemes.names())}
 FLOOR_STYLE = dict(color="#555555", dash="dot", width=1.5)
 
 
@@ -34,7 +31,9 @@ def label(variant: str) -> str:
 
 
 def color(variant: str) -> str:
-    return COLORS.get(variant.split("-")[0], "#000000")
+    """The declaration's colour of a lab variant's scheme (one colour per scheme in the book)."""
+    name = variant.split("-")[0]
+    return schemes.lookup(name).color if name in LABELS else "#000000"
 
 
 def _dash(variant: str) -> str:

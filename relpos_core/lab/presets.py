@@ -7,10 +7,12 @@ Book: chapter 10, "Experiments" (chapters/10_experiments.ipynb).
 * ``book``: the chapter's experiments on a smaller pool of schemes, one seed, one learning
   rate and a quarter of the cap: about five minutes on two CPU cores. A reader runs it to
   see the pipeline end to end; most of its models do not solve their tasks in that budget.
-* ``full``: the runs the chapter reads (committed in ``data/lab/``): the schemes the
-  chapters' claims are about on every task, the long-input schemes on retrieval with a gap,
-  five seeds and two learning rates, each run trained to its solve criterion or to four
-  times the cap, evaluated up to 512 tokens. About an hour on two free CPU cores.
+* ``full``: the runs the chapters read (committed as ``relpos_core/data/lab-full.json``,
+  read through ``relpos_core.resources``): the schemes the chapters' claims are about on
+  every task, the long-input schemes on retrieval with a gap, five seeds and two learning
+  rates, each run trained to its solve criterion or to four times the cap, evaluated up to
+  512 tokens. Hours on two CPU cores: the committed file's provenance has its wall and CPU
+  time.
 
 A preset is a list of :class:`RunSpec` (one model on one task) plus the task settings
 (:class:`TaskSetup`: generator options, training length, cap, evaluation ``probes``) and

@@ -37,7 +37,7 @@ from ..provenance import git_commit, machine
 
 __all__ = [
     "FORMAT", "COMMITTED", "build_results", "results_text", "save_results", "load_results", "committed_path",
-    "load_committed", "lrs", "budgets", "records", "result", "values", "solved", "steps_to_solve", "summary",
+    "load_committed", "from_partial", "complete_seeds", "only_complete_seeds", "lrs", "budgets", "records", "result", "values", "solved", "steps_to_solve", "summary",
     "t_quantile", "t_interval", "paired", "verdict", "VERDICTS", "better", "at_least", "at_most", "solves",
     "claims_table",
     "length_table", "length_table_markdown",
@@ -105,25 +105,84 @@ def load_results(path) -> dict:
     return results
 
 
-def committed_path(name: str = COMMITTED, start=None) -> Path:
-    """Where the committed results ``name`` live: ``data/lab/<name>`` in the repository,
-    searched from ``start`` (default: the current folder) upwards, so a chapter finds it
-    whether it runs from ``chapters/`` or the root. Every reader of committed lab results
-    goes through this one function."""
-    here = Path.cwd() if start is None else Path(start)
-    for folder in (here, *here.resolve().parents):
-        candidate = folder / "data" / "lab" / name
-        if candidate.is_file():
-            return candidate
-    raise ValueError(
-        f"name must be a results file under data/lab/ of the relpos repository, but no data/lab/{name} "
-        f"was found above {str(here)!r}; clone the repository (the committed results are not part of the package)"
-    )
+def committed_path(name: str = COMMITTED) -> Path:
+    """The committed results file ``name``, shipped with the package (``relpos_core/data/``,
+    found by ``relpos_core.resources``): the same wherever relpos_core is installed. Every
+    reader of committed lab results goes through this one function."""
+    from relpos_core import resources
+
+    return resources.path(name)
 
 
 def load_committed(name: str = COMMITTED) -> dict:
     """``load_results(committed_path(name))``."""
     return load_results(committed_path(name))
+
+
+def from_partial(path, *, preset=None) -> dict:
+    """The results object of an unfinished run, read from its partial file
+    (``<out>.partial.jsonl``, which ``python -m relpos_core.lab`` appends a row to as each run
+    finishes), without moving or changing it: the same layout as the file the command line
+    writes when it is stopped (``"complete": false``, every finished row, in the run's order).
+
+    The partial file records the code's commit, seeds, learning rates and command, not the
+    machine: the provenance's machine is the one this is called on, so call it on the
+    machine that trained (``provenance["snapshot"]`` says when and from how many rows). The
+    wall time is not known from the rows: ``wall_s`` is None. ``preset``: the preset the rows
+    were trained with (default: the one named in the file, as this code defines it).
+    """
+    from ..outputs import read_partial
+    from .presets import get_preset
+    from .train import jobs_of
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"path must be an existing partial file (<out>.partial.jsonl), got {str(path)!r}")
+    head, rows = read_partial(path)
+    if not head or not all(k in head for k in ("preset", "seeds", "lrs", "git_commit")):
+        raise ValueError(f"{path} has no head line with preset, seeds, lrs and git_commit: not a lab partial file")
+    preset = get_preset(head["preset"]) if preset is None else preset
+    if preset.name != head["preset"]:
+        raise ValueError(f"preset must be the file's preset {head['preset']!r}, got {preset.name!r}")
+    order = {(s.run_id, seed, lr): i for i, (s, seed, lr) in enumerate(jobs_of(preset, head["seeds"], head["lrs"]))}
+    unknown = [(r["run_id"], r["seed"], r["lr"]) for r in rows if (r["run_id"], r["seed"], r["lr"]) not in order]
+    if unknown:
+        raise ValueError(f"{path} holds rows that preset {preset.name!r} does not define, e.g. {unknown[0]}")
+    rows = sorted(rows, key=lambda r: order[(r["run_id"], r["seed"], r["lr"])])
+    run = dict(runs=rows, wall_s=None, cpu_s=round(sum(r["cpu_s"] for r in rows), 2), threads=None,
+               workers=None, load_start=head.get("load_start"))
+    res = build_results(preset, head["seeds"], head["lrs"], run, command=head.get("command"),
+                        commit=head["git_commit"])
+    res["provenance"]["snapshot"] = {"partial": path.name, "rows": len(rows), "of": len(order),
+                                     "date": res["provenance"]["date"]}
+    res["complete"] = False
+    return res
+
+
+def complete_seeds(results: dict) -> list[int]:
+    """The seeds for which every run of the preset finished at every learning rate."""
+    wanted = {(r["run_id"], lr) for r in results["preset"]["runs"] for lr in lrs(results)}
+    have: dict[int, set] = {}
+    for r in results["runs"]:
+        have.setdefault(r["seed"], set()).add((r["run_id"], r["lr"]))
+    return [s for s in results["provenance"]["seeds"] if have.get(s, set()) >= wanted]
+
+
+def only_complete_seeds(results: dict) -> dict:
+    """``results`` restricted to ``complete_seeds``: every comparison is then paired over the
+    same seeds at every learning rate. A complete file comes back unchanged (the same
+    object); otherwise a copy whose ``provenance["seeds"]`` lists the seeds kept and
+    ``provenance["seeds_dropped"]`` the unfinished ones."""
+    keep = complete_seeds(results)
+    if keep == list(results["provenance"]["seeds"]):
+        return results
+    if not keep:
+        raise ValueError("results must hold at least one seed finished at every run and learning rate, "
+                         f"got none of {results['provenance']['seeds']}")
+    dropped = [s for s in results["provenance"]["seeds"] if s not in keep]
+    provenance = {**results["provenance"], "seeds": keep, "seeds_dropped": dropped}
+    runs = [r for r in results["runs"] if r["seed"] in keep]
+    return {**results, "provenance": provenance, "runs": runs}
 
 
 # ----------------------------------------------------------------------------- reading records
@@ -478,7 +537,16 @@ def provenance_line(results: dict, path=None) -> str:
     the_lrs = " and ".join(f"{x:g}" for x in p["lrs"])
     load = p.get("load_average_start") or p.get("load_average")
     load_text = f", load average {load[0]:.1f} on {p['cpu_count']} cores at the start" if load else ""
+    procs = ("" if p.get("threads") is None
+             else f", {p.get('workers') or 1} process(es) of {p['threads']} thread(s)")
+    wall = "wall time not recorded" if p["wall_s"] is None else f"{p['wall_s'] / 60:.0f} min wall time"
+    status = ""
+    if results.get("complete") is False:
+        snap = p.get("snapshot")
+        status = (f"; unfinished: {snap['rows']} of {snap['of']} runs, read on {snap['date']}" if snap
+                  else f"; unfinished: {len(results['runs'])} runs")
+    if p.get("seeds_dropped"):
+        status += f" (seeds {', '.join(map(str, p['seeds_dropped']))} left out: not finished everywhere)"
     return (f"{where}preset `{p['preset']}`, seeds {seeds}, learning rates {the_lrs}; {p['cpu_model']} "
-            f"(torch dispatches to {p['cpu_capability']}), {p.get('workers', 1)} process(es) of "
-            f"{p.get('threads')} thread(s), torch {p['torch']}, commit `{p['git_commit'][:12]}`, {p['date']}, "
-            f"{p['wall_s'] / 60:.0f} min wall time{load_text}")
+            f"(torch dispatches to {p['cpu_capability']}){procs}, torch {p['torch']}, "
+            f"commit `{p['git_commit'][:12]}`, {p['date']}, {wall}{load_text}{status}")

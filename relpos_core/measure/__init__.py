@@ -1,5 +1,6 @@
-"""What each path costs: peak memory, time, analytic bytes, the memory guard, SDPA backends."""
-from . import analytic, backends, guard, memory, timing
+"""What each path costs: peak memory, time, analytic bytes, the memory guard, SDPA backends,
+and the device to measure on (``device.pick()``)."""
+from . import analytic, backends, device, guard, memory, timing
 from .analytic import analytic_bytes
 from .backends import detect_sdpa_backend, force_sdpa_backend
 from .guard import MemoryBudgetError, memory_budget
@@ -9,6 +10,7 @@ from .timing import measure_time
 __all__ = [
     "analytic",
     "backends",
+    "device",
     "guard",
     "memory",
     "timing",

@@ -75,25 +75,41 @@ def _rows_bytes(rows, n: int) -> int:
     return rows.work_bytes(n)
 
 
+_LAST_THREADS = [1]
+
+
+def _threads() -> int:
+    """torch's intra-op thread count; inside torch.compile the count of the last eager call (reading it
+    there would break the graph), so a compiled ``rp.attend`` counts what an eager one does."""
+    if not torch.compiler.is_compiling():
+        _LAST_THREADS[0] = torch.get_num_threads()
+    return _LAST_THREADS[0]
+
+
 def _broadcast_copy(B: int, H: int, R: int, d: int, es: int, per_head: bool) -> int:
     """x (B, H, n, d) @ E^T with a per-head E (H, d, R): matmul expands E to (B, H, d, R), a copy when B > 1."""
     return B * H * R * d * es if per_head and B > 1 else 0
 
 
 def _rope(m: Ledger, n: int, X: int, d: int, es: int) -> None:
-    """apply_rope on x of X bytes and n positions; leaves the rotated x (X bytes) alive."""
-    m.transient(_F32 * n, _F32 * n * d // 2, _F32 * n * d, _F32 * n * d, _F32 * n * d)  # freqs, emb, cos, sin
-    tables = m.new(2 * n * d * _F32)  # cos, sin
-    if es != _F32:
-        m.transient(2 * n * d * es)
-    a = m.new(X)  # x * cos
-    neg = m.new(X // 2)  # -x2
-    c = m.new(X)  # rotate_half(x) = cat((-x2, x1))
-    m.drop(neg)
-    b = m.new(X)  # rotate_half(x) * sin
-    m.drop(c)
-    m.new(X)  # the sum: kept
-    m.drop(a, b, tables)
+    """kernels.rotary.rotate on x of X bytes and n positions; leaves the rotated x (X bytes) alive."""
+    ws = 8 if es == 8 else 4  # the angles are float32 (float64 for float64 inputs)
+    half = n * (d // 2)
+    m.transient(_I64 * (d // 2), 3 * ws * (d // 2))  # the inverse frequencies' steps
+    inv = m.new(ws * (d // 2))
+    p = m.new(ws * n)  # the positions as floats
+    angle = m.new(ws * half)
+    m.drop(p)
+    cos, sin = m.new(ws * half), m.new(ws * half)
+    cast = m.new(2 * es * half) if es != ws else 0  # cos and sin in x's dtype
+    a, b = m.new(X // 2), m.new(X // 2)  # x1 cos, x2 sin
+    first = m.new(X // 2)  # their difference
+    m.drop(a, b)
+    a, b = m.new(X // 2), m.new(X // 2)  # x1 sin, x2 cos
+    second = m.new(X // 2)  # their sum
+    m.drop(a, b)
+    m.new(X)  # the two halves concatenated: kept
+    m.drop(first, second, angle, cos, sin, cast, inv)
 
 
 def _vector_pieces(m: Ledger, term, form: str, *, B, H, Lq, Lk, d, es, n_off) -> int:
@@ -260,7 +276,7 @@ def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: in
     ``num_offsets``: distinct offsets of the call (default Lq + Lk - 1, contiguous positions).
     """
     es = dtype_size(dtype)
-    threads = torch.get_num_threads() if threads is None else threads
+    threads = _threads() if threads is None else threads
     n_off = Lq + Lk - 1 if num_offsets is None else num_offsets
     S, Xq, Xk, P = B * H * Lq * Lk * es, B * H * Lq * d * es, B * H * Lk * d * es, Lq * Lk
     m = Ledger(keep_all=grad)
@@ -275,7 +291,10 @@ def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: in
     sizes = dict(B=B, H=H, Lq=Lq, Lk=Lk, d=d, es=es, n_off=n_off)
     if backend == "flex" and not (grad and device_type == "cpu"):
         _flex_tables(m, term, form, **sizes)
-        m.transient(64 * (-(-Lq // 128)) * (-(-Lk // 128)) + 1024)  # block-mask tables
+        tiles = 64 * (-(-Lq // 128)) * (-(-Lk // 128)) + 1024  # the block-mask tables
+        if causal and not contiguous:  # create_block_mask evaluates the mask at every pair: 10 bytes a pair (CPU)
+            tiles += 10 * Lq * Lk
+        m.transient(tiles)
         m.new(Xq)  # the output
         _flex_kernel(m, B=B, H=H, Lq=Lq, Lk=Lk, d=d, es=es, device_type=device_type, threads=threads,
                      compiled=compiled)

@@ -8,20 +8,12 @@ in ``relpos_core.kernels.sdpa_backends``; its names are re-exported here.
 """
 from __future__ import annotations
 
+from relpos_core.kernels import sdpa_backends
 from relpos_core.kernels.sdpa_backends import (BACKEND_OPS, SDPA_BACKENDS, SdpaBackendError, active_forced_backend,
                                                available_sdpa_backends, check_backend_supports, force_sdpa_backend)
 from relpos_core.measure._profiler import without_profiler_chatter
 
-__all__ = [
-    "SDPA_BACKENDS",
-    "BACKEND_OPS",
-    "SdpaBackendError",
-    "active_forced_backend",
-    "available_sdpa_backends",
-    "check_backend_supports",
-    "detect_sdpa_backend",
-    "force_sdpa_backend",
-]
+__all__ = [*sdpa_backends.__all__, "detect_sdpa_backend"]
 
 
 def detect_sdpa_backend(fn, *args, **kwargs) -> tuple[object, str]:

@@ -54,7 +54,15 @@ def check_path_memory(nbytes: int, *, term, form: str, backend: str, call: Call)
     if budget is None or nbytes <= budget:
         return
     best = cheapest_path(term, call, budget=budget, exclude=((form, backend),))
-    alternative = None if best is None else f"form={best[1]!r}, backend={best[2]!r}"
+    if best is None:
+        cheapest = cheapest_path(term, call, budget=None)
+        least = "" if cheapest is None else (f" (the cheapest, form={cheapest[1]!r}, backend={cheapest[2]!r}, "
+                                             f"needs {format_bytes(cheapest[0])})")
+        raise MemoryBudgetError(
+            f"{term.scheme} with form={form!r}, backend={backend!r} would materialise {format_bytes(nbytes)} for "
+            f"[{call.B}, {call.H}, {call.Lq}, {call.Lk}], over the memory budget of {format_bytes(budget)}; no path "
+            f"that accepts this call fits the budget{least}: shorten the call or raise the budget with "
+            f"relpos_core.budget.memory_budget(nbytes)")
     check_memory(nbytes, what=f"{term.scheme} with form={form!r}, backend={backend!r}",
-                 shape=(call.B, call.H, call.Lq, call.Lk), dtype=call.dtype, alternative=alternative,
-                 alternative_bytes=None if best is None else best[0])
+                 shape=(call.B, call.H, call.Lq, call.Lk), dtype=call.dtype,
+                 alternative=f"form={best[1]!r}, backend={best[2]!r}", alternative_bytes=best[0])

@@ -1,18 +1,28 @@
-"""Wall-clock timing of one call: CUDA events on a GPU, perf_counter on a CPU.
+"""Timing: one call (``measure_time``), and the bursts both benchmarks time side by side.
 
-Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). Absolute times drift
-from machine to machine, so the book compares ratios taken in one run (see
-``relpos_core.bench``).
+Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb) and chapter 7, "The KV
+cache" (chapters/07_the_kv_cache.ipynb). Absolute times drift from machine to machine, so
+the book compares ratios taken in one run.
+
+``burst(fn, iters, device)`` times ``iters`` calls in a row and reports the process's CPU
+time, the wall time (CUDA events on a GPU) and the minor page faults, per call.
+``interleaved(calls, rounds, device)`` times one burst of every call per round, in a
+shuffled (seeded) order each round, so that a burst of load from another process lands
+on many calls a little rather than on one call a lot: the kernel benchmark
+(``relpos_core.bench``) and the decode benchmark (``relpos_core.decoding.bench``) both
+time with it and summarise the samples the same way (``relpos_core.bench.stats``).
 """
 from __future__ import annotations
 
+import random
+import resource
 import time
 
 import torch
 
 from relpos_core._validate import check_int, check_positive_int
 
-__all__ = ["measure_time", "infer_device"]
+__all__ = ["measure_time", "infer_device", "burst", "interleaved"]
 
 
 def infer_device(args, kwargs=None) -> torch.device:
@@ -48,3 +58,52 @@ def measure_time(fn, *args, warmup: int = 3, iters: int = 10, device=None, **kwa
     for _ in range(iters):
         fn(*args, **kwargs)
     return (time.perf_counter() - t0) * 1e3 / iters
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def burst(fn, iters: int, device) -> dict:
+    """``iters`` calls of ``fn`` in a row: per call, process CPU ms, wall ms (CUDA events on a GPU)
+    and minor page faults (CPU)."""
+    iters = check_positive_int("iters", iters)
+    device = torch.device(device)
+    _sync(device)
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        c0 = time.process_time_ns()
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        return dict(cpu_ms=(time.process_time_ns() - c0) / 1e6 / iters, wall_ms=start.elapsed_time(end) / iters,
+                    faults=None)
+    f0, c0, w0 = _faults(), time.process_time_ns(), time.perf_counter_ns()
+    for _ in range(iters):
+        fn()
+    return dict(cpu_ms=(time.process_time_ns() - c0) / 1e6 / iters, wall_ms=(time.perf_counter_ns() - w0) / 1e6 / iters,
+                faults=(_faults() - f0) / iters)
+
+
+def interleaved(calls, rounds: int, device, *, seed: int = 0, on_round=None) -> None:
+    """``rounds`` rounds, each one burst of every call, in a shuffled order (seeded).
+
+    ``calls``: objects with ``fn``, ``iters`` and a ``samples`` list, to which every burst's
+    dict (``burst``) is appended. ``on_round(r)`` is called after each round (progress,
+    keeping what finished).
+    """
+    rounds = check_positive_int("rounds", rounds)
+    order = list(calls)
+    for r in range(rounds):
+        random.Random(seed * 1000 + r).shuffle(order)
+        for call in order:
+            call.samples.append(burst(call.fn, call.iters, device))
+        if on_round is not None:
+            on_round(r)

@@ -58,6 +58,17 @@ class Entry:
         return self.variant.display if self.variant is not None else self.scheme.display
 
     @property
+    def short(self) -> str:
+        """A compact label: the declaration's ``short``, else its ``display``."""
+        item = self.variant if self.variant is not None else self.scheme
+        return item.short or item.display
+
+    @property
+    def color(self) -> str:
+        """The book's colour for it (``#rrggbb``): the variant's own, else the scheme's."""
+        return (self.variant.color if self.variant is not None else "") or self.scheme.color
+
+    @property
     def summary(self) -> str:
         return (self.variant.summary or self.scheme.summary) if self.variant is not None else self.scheme.summary
 

@@ -81,7 +81,8 @@ def alibi_bias(
     return slopes * -(distance.abs() if symmetric else distance)  # (H, Lq, Lk)
 
 
-def position_term(num_heads: int, *, symmetric: bool = False, device: torch.device | str | None = None) -> PositionTerm:
+def position_term(num_heads: int, *, symmetric: bool = False, device: torch.device | str | None = None,
+                  slopes: torch.Tensor | None = None) -> PositionTerm:
     """ALiBi's position term for ``rp.attend``: ``-m_h (i - j)`` added to the scaled logit.
 
     Convention ``query_minus_key`` (distance i - j); in the kernels' offset j - i it is
@@ -90,7 +91,7 @@ def position_term(num_heads: int, *, symmetric: bool = False, device: torch.devi
     bidirectional variant ``-m_h |i - j|``. No parameters: the slopes are fixed.
     """
     check_choice("symmetric", symmetric, (False, True))
-    slopes = alibi_slopes(num_heads).to(device)  # (H,)
+    slopes = alibi_slopes(num_heads).to(device) if slopes is None else slopes  # (H,): ``slopes`` shares a buffer
     return PositionTerm(scheme="alibi", convention="query_minus_key",
                         scalars=(ScalarSlopes(slopes, symmetric=symmetric, name="ALiBi slopes"),),
                         notes=dict(symmetric=symmetric))
@@ -117,15 +118,24 @@ class ALiBiOptions:
 
 
 class ALiBiPosition(PositionModule):
-    """No parameters: the same fixed slopes in every layer."""
+    """No parameters: one buffer of fixed slopes (float32), the same in every layer."""
+
+    def __init__(self, shape, options: ALiBiOptions):
+        super().__init__(shape, options)
+        self.register_buffer("slopes", alibi_slopes(shape.num_heads), persistent=False)  # (H,)
+
+    def _apply(self, fn, *args, **kwargs):  # moved with the model, but kept in float32 whatever its dtype
+        super()._apply(fn, *args, **kwargs)
+        self.slopes = alibi_slopes(self.shape.num_heads).to(self.slopes.device)
+        return self
 
     def term(self, layer, attention):
         symmetric = (not self.shape.causal) if self.options.symmetric is None else self.options.symmetric
-        return position_term(self.shape.num_heads, symmetric=symmetric, device=attention.wq.weight.device)
+        return position_term(self.shape.num_heads, symmetric=symmetric, slopes=self.slopes)
 
 
 SCHEME = Scheme(
-    name="alibi", display="ALiBi", paper="Press et al. 2022", cite="press2022alibi", chapter="06_rope_and_alibi",
+    name="alibi", color="#117733", display="ALiBi", paper="Press et al. 2022", cite="press2022alibi", chapter="06_rope_and_alibi",
     convention="query_minus_key", formula=r"-m_h\,(i - j)", code="relpos_core.schemes.alibi.alibi_bias",
     injects="scalar on the logit", summary="a fixed slope per head times the distance",
     example=example, options=ALiBiOptions, module=ALiBiPosition, order=60,

@@ -52,7 +52,7 @@ from torch.nn import functional as F
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
-from relpos_core.schemes.declaration import Distance, PositionModule, Scheme, Variant
+from relpos_core.schemes.declaration import BenchmarkModule, Distance, PositionModule, Scheme, Variant
 from relpos_core.terms import KeyVectors, PositionTerm, QueryVectors, RowIndex, example_tensor
 
 __all__ = [
@@ -647,15 +647,59 @@ class DeBERTaPosition(PositionModule):
             self.absolute.copy_(torch.randn(self.absolute.shape, generator=generator) * 0.02)
 
 
+def benchmark_module(num_heads: int, head_dim: int, att_span: int, *, device=None, dtype=torch.float32,
+                     generator=None) -> BenchmarkModule:
+    """One Hugging Face ``DebertaV2Layer`` (eager, log buckets with S = ``att_span``, random weights from a
+    seeded fork of the RNG) and what its attention needs to run on ``rp.attend``."""
+    from transformers import DebertaV2Config
+    from transformers.models.deberta_v2.modeling_deberta_v2 import DebertaV2Layer
+
+    H, d, S = num_heads, head_dim, int(att_span)
+    cfg = DebertaV2Config(hidden_size=H * d, num_attention_heads=H, intermediate_size=4 * H * d,
+                          relative_attention=True, position_buckets=S, max_relative_positions=2 * S,
+                          pos_att_type=["c2p", "p2c"], share_att_key=True, hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0)
+    cfg._attn_implementation = "eager"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        module = DebertaV2Layer(cfg).to(device=device, dtype=dtype).eval()
+    sa = module.attention.self
+    S = sa.pos_ebd_size
+    g = generator if generator is not None else torch.Generator().manual_seed(0)
+    rel = torch.randn(2 * S, H * d, generator=g).to(device=device, dtype=dtype)  # the shared relative table
+
+    def heads(x):  # (B, L, H d) -> (B, H, L, d)
+        return x.view(x.shape[0], x.shape[1], H, d).transpose(1, 2)
+
+    def hf(hidden):
+        mask = torch.ones(hidden.shape[0], 1, 1, hidden.shape[1], dtype=torch.bool, device=hidden.device)
+        return module(hidden, mask, rel_embeddings=rel)[0]  # (B, L, H d)
+
+    def prepare(hidden):
+        q, k, v = (heads(p(hidden)) for p in (sa.query_proj, sa.key_proj, sa.value_proj))  # (B, H, L, d)
+        pos_key, pos_query = heads(sa.key_proj(rel)[None])[0], heads(sa.query_proj(rel)[None])[0]  # (H, 2S, d)
+        term = position_term(pos_key, pos_query, att_span=S, position_buckets=sa.position_buckets,
+                             max_relative_positions=sa.max_relative_positions)
+        return q, k, v, term
+
+    def finish(ctx, hidden):  # ctx (B, H, L, d) -> (B, L, H d)
+        ctx = ctx.transpose(1, 2).reshape(hidden.shape[0], hidden.shape[1], -1)
+        attention_output = module.attention.output(ctx, hidden)  # (B, L, H d)
+        return module.output(module.intermediate(attention_output), attention_output)
+
+    return BenchmarkModule("Hugging Face DebertaV2Layer (eager, one layer)", hf=hf, prepare=prepare, finish=finish)
+
+
 SCHEME = Scheme(
-    name="deberta", display="DeBERTa", paper="He et al. 2021", cite="he2021deberta", chapter="05_deberta",
+    name="deberta", color="#ee3377", display="DeBERTa", paper="He et al. 2021", cite="he2021deberta", chapter="05_deberta",
     convention="query_minus_key", formula=r"\delta(i, j) = \operatorname{clip}(i - j, -k, k - 1) + k",
     code="relpos_core.schemes.deberta.deberta_delta_index", injects="vector on the logit",
     summary="content-to-position and position-to-content terms from one shared table",
     distance=Distance("att_span", "offsets beyond the span share the end rows", small=4, medium=64, large=256),
     not_decoded=("an encoder: pre-trained bidirectionally by masked language modelling, every token attending "
                  "to keys on both sides; the paper has no causal form to decode with"),
-    example=example, options=DeBERTaOptions, module=DeBERTaPosition, order=50,
+    example=example, options=DeBERTaOptions, module=DeBERTaPosition, order=50, benchmark_module=benchmark_module,
     variants=(Variant("deberta_emd", "DeBERTa + EMD", dict(emd=True),
-                      "DeBERTa with the Enhanced Mask Decoder's absolute positions at the output", model_only=True),),
+                      "DeBERTa with the Enhanced Mask Decoder's absolute positions at the output", model_only=True,
+                      short="DeBERTa+EMD", color="#b8255f"),),
 )

@@ -1,7 +1,8 @@
 """What a scheme file declares, once: ``SCHEME = Scheme(...)``.
 
 Book: the list of schemes in every chapter table, the benchmark, the decoder and the lab
-are all read from these declarations (CONTRIBUTING.md, "Adding a scheme").
+are all read from these declarations (CONTRIBUTING.md, "Adding a scheme"); chapter 1's
+sign-convention table is built from them (chapters/01_why_relative_positions.ipynb).
 
 A scheme file in ``relpos_core/schemes`` (one per scheme; ``relpos_core.schemes`` finds
 it by itself) holds the scheme's maths (its ``position_term`` built from the pieces of
@@ -9,7 +10,8 @@ it by itself) holds the scheme's maths (its ``position_term`` built from the pie
 and returns each layer's term (the x-transformers pattern), and a ``Scheme`` record with
 everything the rest of the library needs to know about it:
 
-* who: ``name`` (the registry's name), ``display`` (figures and tables), ``paper`` and
+* who: ``name`` (the registry's name), ``display`` (figures and tables) and ``short`` (crowded
+  figures), ``paper`` and
   ``cite`` (the key in references.bib), ``chapter`` (the notebook that teaches it);
 * its offsets: ``convention`` ("key_minus_query", "query_minus_key" or "none") and
   ``formula`` (the sign-convention table of chapter 1 is built from these);
@@ -23,11 +25,15 @@ everything the rest of the library needs to know about it:
   the ``PositionModule`` subclass; ``variants``: named settings that behave like a
   scheme of their own (Shaw with the key table only is ``shaw_key``);
 * ``caches``: what a KV cache keeps per token for it (chapter 7's table), and
-  ``not_decoded``: why a decoder cannot use it (None when it can).
+  ``not_decoded``: why a decoder cannot use it (None when it can);
+* ``benchmark_module`` (optional): the Hugging Face module of the scheme and the same
+  module with its attention on ``rp.attend`` (``BenchmarkModule``), which the benchmark
+  times side by side.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -36,8 +42,8 @@ import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_int
 
-__all__ = ["Scheme", "Variant", "Distance", "ModelShape", "PositionModule", "INJECTS", "PRESET_SIZES",
-           "make_options"]
+__all__ = ["Scheme", "Variant", "Distance", "ModelShape", "PositionModule", "BenchmarkModule", "INJECTS",
+           "PRESET_SIZES", "make_options"]
 
 INJECTS = ("nothing", "input", "scalar on the logit", "vector on the logit", "output", "rotation of q and k")
 CONVENTIONS = ("key_minus_query", "query_minus_key", "none")
@@ -126,6 +132,22 @@ class PositionModule(nn.Module):
 
 
 @dataclass(frozen=True)
+class BenchmarkModule:
+    """A Hugging Face module (built from a config, random weights) and what the same module needs to run
+    its attention on ``rp.attend`` (the benchmark calls ``rp.attend`` itself).
+
+    ``hf(hidden)``: the module's output (B, L, H d) for hidden states (B, L, H d);
+    ``prepare(hidden)``: (q, k, v, term) from the module's own projections and tables;
+    ``finish(ctx, hidden)``: the module's output from the attention's (B, H, L, d) result.
+    """
+
+    label: str
+    hf: Callable
+    prepare: Callable
+    finish: Callable
+
+
+@dataclass(frozen=True)
 class Variant:
     """Named settings of a scheme that the registry, the benchmark and the lab treat as a scheme.
 
@@ -139,6 +161,8 @@ class Variant:
     options: dict
     summary: str = ""
     model_only: bool = False
+    short: str = ""  # a compact label for crowded figures (default: ``display``)
+    color: str = ""  # the book's colour for it, ``#rrggbb`` (default: the family's)
 
 
 @dataclass(frozen=True)
@@ -164,9 +188,15 @@ class Scheme:
     not_decoded: str | None = None
     variants: tuple = ()
     order: int = 100
+    benchmark_module: Callable | None = None
+    short: str = ""  # a compact label for crowded figures (default: ``display``)
+    color: str = "#8c8c8c"  # the one colour every figure of the book gives it, ``#rrggbb``
 
     def __post_init__(self):
         check_choice("convention", self.convention, CONVENTIONS)
+        for item in (self,) + tuple(self.variants):
+            if item.color and not re.fullmatch(r"#[0-9a-f]{6}", item.color):
+                raise ValueError(f"{item.name}: color must be '#rrggbb' in lower case, got {item.color!r}")
         check_choice("injects", self.injects, INJECTS)
         if not dataclasses.is_dataclass(self.options):
             raise ValueError(f"{self.name}: options must be a dataclass type, got {self.options!r}")

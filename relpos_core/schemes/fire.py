@@ -3,7 +3,8 @@
 Paper: Shanda Li, Chong You, Guru Guruganesh, Joshua Ainslie, Santiago Ontanon, Manzil
 Zaheer, Sumit Sanghai, Yiming Yang, Sanjiv Kumar and Srinadh Bhojanapalli (2024),
 "Functional Interpolation for Relative Positions Improves Long Context Transformers",
-ICLR 2024 (arXiv:2310.04418). Book: the experiments of chapter 10.
+ICLR 2024 (arXiv:2310.04418). Book: the experiments of chapter 10
+(chapters/10_experiments.ipynb).
 
 Sign convention: ``query_minus_key``. The bias of query i and key j is
 
@@ -89,9 +90,10 @@ def position_term(params: dict) -> PositionTerm:
     def peak(Lq: int, Lk: int, out_bytes: int) -> int:
         es = out_bytes // max(1, H * Lq * Lk)
         pair = Lq * Lk * es
-        # distance and x, then the (Lq, Lk, width) hidden layer (its pre-activation and ReLU), then the
-        # (Lq, Lk, H) output and its permuted view (the result)
-        return 2 * pair + 2 * width * pair + out_bytes
+        # the positions as floats, the distances and x alive throughout; then the (Lq, Lk, width) hidden layer
+        # twice (before and after its bias, or its bias and the ReLU), or the ReLU's output with the product
+        # by w2 and the result (Lq, Lk, H)
+        return (Lq + Lk) * es + 2 * pair + max(2 * width * pair, width * pair + 2 * out_bytes)
 
     piece = PairScalar(_fire(params), tuple(params[k] for k in ("w1", "b1", "w2", "b2", "c", "L")), H,
                        name="FIRE", peak=peak)
@@ -158,7 +160,7 @@ class FirePosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="fire", display="FIRE", paper="Li et al. 2024", cite="li2024fire", chapter=None,
+    name="fire", color="#aa4499", display="FIRE", paper="Li et al. 2024", cite="li2024fire", chapter=None,
     convention="query_minus_key",
     formula=r"f_\theta\big(\psi(\lvert i - j \rvert) / \psi(\max(L, i))\big)",
     code="relpos_core.schemes.fire.fire_bias", injects="scalar on the logit",

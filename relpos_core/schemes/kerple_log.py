@@ -44,9 +44,9 @@ def _kernel(kind: str, r1: torch.Tensor, r2: torch.Tensor):
         distance = offsets.to(dtype).abs_()  # |i - j|
         if kind == "log":
             return -a * torch.log1p(b * distance)  # (H, ...)
-        # |i - j|^r2 is 0 at distance 0; the ones there keep its gradient 0 rather than 0 * log 0 = NaN
-        safe = torch.where(distance > 0, distance, torch.ones_like(distance))
-        return -a * torch.where(distance > 0, safe.pow(b), torch.zeros_like(distance))  # (H, ...)
+        # |i - j|^r2 is 0 at distance 0; computed at 1 there so that its gradient is 0, not 0 * log 0 = NaN
+        far = distance > 0
+        return -a * torch.where(far, torch.where(far, distance, 1.0).pow(b), 0.0)  # (H, ...)
 
     return fn
 
@@ -77,10 +77,10 @@ def position_term(r1: torch.Tensor, r2: torch.Tensor, *, kernel: str = "log") ->
     H = r1.shape[0]
 
     def peak(n: int, out_bytes: int) -> int:
-        # |offsets| (one value per offset), then two (H, n) values alive with the result:
-        # r2 * d and its log (log kernel) or d^r2 (power kernel) before the product with r1
+        # |offsets| in the result's dtype, then two (H, n) tensors at once: r2 d and its log, or the log and
+        # the result (log kernel); the power kernel also holds its distance > 0 mask (one byte an offset)
         per_value = out_bytes // max(1, H * n)
-        return n * per_value + (2 if kernel == "log" else 1) * out_bytes + out_bytes
+        return n * per_value + (0 if kernel == "log" else n) + 2 * out_bytes
 
     piece = ScalarFunction(_kernel(kernel, r1, r2), (r1, r2), H, name=f"Kerple {kernel} kernel", peak=peak)
     return PositionTerm(scheme=f"kerple_{kernel}", convention="query_minus_key", scalars=(piece,),
@@ -124,11 +124,11 @@ class KerplePosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="kerple_log", display="Kerple (log)", paper="Chi et al. 2022", cite="chi2022kerple", chapter=None,
+    name="kerple_log", color="#44aa99", short="Kerple log", display="Kerple (log)", paper="Chi et al. 2022", cite="chi2022kerple", chapter=None,
     convention="query_minus_key", formula=r"-r_1 \log\big(1 + r_2 \lvert i - j \rvert\big)",
     code="relpos_core.schemes.kerple_log.kerple_bias", injects="scalar on the logit",
     summary="a learned logarithmic kernel of the distance per head",
     example=example, options=KerpleOptions, module=KerplePosition, order=80,
     variants=(Variant("kerple_power", "Kerple (power)", dict(kernel="power"),
-                      "a learned power kernel of the distance per head"),),
+                      "a learned power kernel of the distance per head", short="Kerple power", color="#5fb38f"),),
 )

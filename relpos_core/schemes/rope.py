@@ -20,6 +20,12 @@ Two layouts pair the head dimensions differently (same maths, different order):
 Pair k turns at frequency ``theta_k = base^(-2k/d)``. The rotation itself is kernel
 maths shared with xPos and the context-extension scalings: ``relpos_core.kernels.rotary``
 (``apply_rope``, ``rope_cos_sin`` and ``rotate_half`` are re-exported here).
+
+Past the training length (chapter 6b, chapters/06b_rope_context_extension.ipynb): the
+``scaling`` option takes a dict shaped like Hugging Face's ``rope_scaling``
+(``{"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 2048}``; types
+``linear``, ``ntk``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``) or a scaling object of
+``relpos_core.kernels.rope_scaling``; every RoPE path, the model and its KV cache use it.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import numbers
 from dataclasses import dataclass
 
 from relpos_core._validate import check_choice, check_int
+from relpos_core.kernels import rope_scaling
 from relpos_core.kernels.rotary import PAIRINGS, apply_rope, rope_cos_sin, rotate_half
 from relpos_core.schemes.declaration import PositionModule, Scheme
 from relpos_core.terms import PositionTerm, Rotary
@@ -49,32 +56,38 @@ def position_term(*, base: float = 10000.0, pairing: str = "rotate_half", rotary
     and k by its key positions (``relpos_core.positions``), then runs unchanged: RoPE
     needs no form (naive, gather, skew) and keeps the fused kernels. ``rotary_dim``:
     rotate the first r dimensions only (partial rotary); ``scaling``: a context-extension
-    method (position interpolation, NTK, YaRN, ...), or None.
+    method (position interpolation, NTK, YaRN, ...) as a dict like Hugging Face's
+    ``rope_scaling`` or a ``relpos_core.kernels.rope_scaling`` object, or None.
     """
     rotary = Rotary(base=_check_base(base), pairing=check_choice("pairing", pairing, PAIRINGS),
-                    rotary_dim=rotary_dim, scaling=scaling)
+                    rotary_dim=rotary_dim, scaling=rope_scaling.from_config(scaling))
     return PositionTerm(scheme="rope", convention="key_minus_query", rotary=rotary)
 
 
 def example(num_heads: int, head_dim: int, options, *, device=None, dtype=None, generator=None) -> PositionTerm:
-    """RoPE with the options' base and pairing (no table: the arguments only fix the shapes)."""
-    return position_term(base=options.base, pairing=options.pairing, rotary_dim=options.rotary_dim)
+    """RoPE with the options' base, pairing and scaling (no table: the arguments only fix the shapes)."""
+    return position_term(base=options.base, pairing=options.pairing, rotary_dim=options.rotary_dim,
+                         scaling=options.scaling)
 
 
 @dataclass(frozen=True)
 class RoPEOptions:
-    """``base`` (theta_k = base^(-2k / r)), ``pairing`` ("rotate_half" or "interleaved") and
-    ``rotary_dim`` (None: the whole head; fewer: partial rotary, as GPT-NeoX's ``rotary_pct``)."""
+    """``base`` (theta_k = base^(-2k / r)), ``pairing`` ("rotate_half" or "interleaved"),
+    ``rotary_dim`` (None: the whole head; fewer: partial rotary, as GPT-NeoX's ``rotary_pct``)
+    and ``scaling`` (None, or a context extension: a dict like Hugging Face's
+    ``rope_scaling``, kept as the checked ``relpos_core.kernels.rope_scaling`` object)."""
 
     base: float = 10000.0
     pairing: str = "rotate_half"
     rotary_dim: int | None = None
+    scaling: object | None = None
 
     def __post_init__(self):
         _check_base(self.base)
         check_choice("pairing", self.pairing, PAIRINGS)
         if self.rotary_dim is not None:
             check_int("rotary_dim", self.rotary_dim, min_value=2)
+        object.__setattr__(self, "scaling", rope_scaling.from_config(self.scaling))
 
 
 class RoPEPosition(PositionModule):
@@ -87,14 +100,18 @@ class RoPEPosition(PositionModule):
         if options.rotary_dim is not None and (options.rotary_dim > shape.head_dim or options.rotary_dim % 2):
             raise ValueError(f"rotary_dim must be an even number <= head_dim = {shape.head_dim}, "
                              f"got {options.rotary_dim}")
+        if options.scaling is not None:  # a scaling that cannot serve these sizes fails here, not mid-run
+            r = shape.head_dim if options.rotary_dim is None else options.rotary_dim
+            for seq_len in (None, 2**30) if options.scaling.dynamic else (None,):  # both ends of a dynamic one
+                options.scaling.inverse_frequencies(r, options.base, seq_len=seq_len)
 
     def term(self, layer, attention):
         o = self.options
-        return position_term(base=o.base, pairing=o.pairing, rotary_dim=o.rotary_dim)
+        return position_term(base=o.base, pairing=o.pairing, rotary_dim=o.rotary_dim, scaling=o.scaling)
 
 
 SCHEME = Scheme(
-    name="rope", display="RoPE", paper="Su et al. 2021", cite="su2021roformer", chapter="06_rope_and_alibi",
+    name="rope", color="#0072b2", display="RoPE", paper="Su et al. 2021", cite="su2021roformer", chapter="06_rope_and_alibi",
     convention="key_minus_query", formula=r"q_i^\top R\big((j - i)\,\theta\big)\, k_j",
     code="relpos_core.schemes.rope.apply_rope", injects="rotation of q and k",
     summary="q and k rotated by their positions; no bias, fused kernels unchanged",

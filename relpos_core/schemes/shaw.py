@@ -160,6 +160,8 @@ def shaw_attention(
         rel = relative_offsets(Lq, Lk, query_offset=query_offset, device=q.device)  # (Lq, Lk), j - i
         logits = logits.masked_fill(rel > 0, float("-inf"))  # future keys out
     probs = torch.softmax(logits, dim=-1)  # (B, H, Lq, Lk)
+    if causal:  # a query before every key sees none: weight 0, output 0 (not NaN), as rp.attend
+        probs = probs.masked_fill(torch.isneginf(logits).all(-1, keepdim=True), 0.0)
     out = probs @ v  # (B, H, Lq, d)
     if rel_value is not None:
         a_v = rel_value[idx]  # (Lq, Lk, d)
@@ -302,12 +304,12 @@ class ShawPosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="shaw", display="Shaw (key + value)", paper="Shaw et al. 2018", cite="shaw2018self",
+    name="shaw", color="#d55e00", short="Shaw", display="Shaw (key + value)", paper="Shaw et al. 2018", cite="shaw2018self",
     chapter="02_shaw_and_skew", convention="key_minus_query",
     formula=r"a^K[\operatorname{clip}(j - i, -k, k) + k]", code="relpos_core.schemes.shaw.shaw_relative_index",
     injects="vector on the logit", summary="learned vectors per clipped offset, on keys and values",
     distance=Distance("max_relative_position", "offsets beyond k share the end rows", small=4, medium=16, large=64),
     example=example, options=ShawOptions, module=ShawPosition, order=20,
     variants=(Variant("shaw_key", "Shaw (key only)", dict(value=False),
-                      "learned vectors per clipped offset, on the keys only"),),
+                      "learned vectors per clipped offset, on the keys only", short="Shaw key", color="#e8875a"),),
 )

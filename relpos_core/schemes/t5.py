@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
-from relpos_core.schemes.declaration import Distance, PositionModule, Scheme
+from relpos_core.schemes.declaration import BenchmarkModule, Distance, PositionModule, Scheme
 from relpos_core.terms import PositionTerm, RowIndex, ScalarTable, example_tensor
 
 __all__ = [
@@ -426,12 +426,43 @@ class T5Position(PositionModule):
         self.table.copy_(torch.randn(self.table.shape, generator=generator) * self.shape.d_model ** -0.5)
 
 
+def benchmark_module(num_heads: int, head_dim: int, max_distance: int, *, device=None, dtype=torch.float32,
+                     generator=None) -> BenchmarkModule:
+    """Hugging Face's ``T5Attention`` (eager, bidirectional, 32 buckets, random weights from a seeded
+    fork of the RNG: the caller's RNG is left as it was) and what it needs to run on ``rp.attend``."""
+    from transformers import T5Config
+    from transformers.models.t5.modeling_t5 import T5Attention as HFT5Attention
+
+    H, d = num_heads, head_dim
+    cfg = T5Config(d_model=H * d, d_kv=d, num_heads=H, relative_attention_num_buckets=32,
+                   relative_attention_max_distance=int(max_distance), dropout_rate=0.0, is_decoder=False)
+    cfg._attn_implementation = "eager"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        module = HFT5Attention(cfg, has_relative_attention_bias=True, layer_idx=0).to(device=device, dtype=dtype).eval()
+    table = module.relative_attention_bias.weight.detach()  # (num_buckets, H)
+    term = position_term(table, bidirectional=True, max_distance=module.relative_attention_max_distance)
+
+    def heads(x):  # (B, L, H d) -> (B, H, L, d)
+        return x.view(x.shape[0], x.shape[1], H, d).transpose(1, 2)
+
+    def prepare(hidden):
+        q, k, v = (heads(p(hidden)) for p in (module.q, module.k, module.v))  # (B, H, L, d) each
+        return q, k, v, term
+
+    def finish(ctx, hidden):  # ctx (B, H, L, d) -> (B, L, H d)
+        return module.o(ctx.transpose(1, 2).reshape(hidden.shape[0], hidden.shape[1], -1))
+
+    return BenchmarkModule("Hugging Face T5Attention (eager)", hf=lambda hidden: module(hidden)[0], prepare=prepare,
+                           finish=finish)
+
+
 SCHEME = Scheme(
-    name="t5", display="T5 buckets", paper="Raffel et al. 2020", cite="raffel2020t5", chapter="03_t5_buckets",
+    name="t5", color="#e69f00", display="T5 buckets", short="T5", paper="Raffel et al. 2020", cite="raffel2020t5", chapter="03_t5_buckets",
     convention="key_minus_query", formula=r"\text{table}[\text{bucket}(j - i),\, h]",
     code="relpos_core.schemes.t5.t5_relative_bucket", injects="scalar on the logit",
     summary="a learned scalar per head and log-spaced distance bucket",
     distance=Distance("max_distance", "distances beyond it share the last bucket", small=32, medium=128, large=128,
                       minimum=17),
-    example=example, options=T5Options, module=T5Position, order=40,
+    example=example, options=T5Options, module=T5Position, order=40, benchmark_module=benchmark_module,
 )

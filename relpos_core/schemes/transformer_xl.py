@@ -363,7 +363,7 @@ class TransformerXLPosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="transformer_xl", display="Transformer-XL", paper="Dai et al. 2019", cite="dai2019transformerxl",
+    name="transformer_xl", color="#56b4e9", short="TXL", display="Transformer-XL", paper="Dai et al. 2019", cite="dai2019transformerxl",
     chapter="04_transformer_xl", convention="query_minus_key", formula=r"W_{k,R}\, R_{i - j}",
     code="relpos_core.schemes.transformer_xl.transformer_xl_terms", injects="vector on the logit",
     summary="a projected sinusoid per distance, plus global biases u and v", causal_only=True,

@@ -1,20 +1,21 @@
 """What ``python -m relpos_core.bench`` measures: its cases, their inputs and the calls it times.
 
 Book: chapter 8, "What it costs" (chapters/08_what_it_costs.ipynb). Every case comes
-from ``relpos_core.registry.paths()`` (no hand-written list): a new scheme or path is
-benchmarked as soon as the registry knows it. Four kinds of rows (``mode``):
+from ``relpos_core.registry.paths()`` and the scheme declarations (no hand-written
+list): a new scheme or path is benchmarked as soon as the registry knows it, with the
+distance parameter its declaration gives the preset's size. Four kinds of rows (``mode``):
 
 * ``forward``: ``rp.attend(q, k, v, term, form=, backend=)`` for every registry path,
-  bidirectional unless the path requires causality (Transformer-XL), plus the no-bias
-  baselines ("none") both ways, so every ratio divides like by like;
+  bidirectional unless the path requires causality (Transformer-XL, xPos), plus the
+  no-bias baselines ("none") both ways, so every ratio divides like by like;
 * ``forward`` with ``block_skipping=False``: causal FlexAttention masked inside the
   score_mod (``rp.kernels.flex.attention(..., block_skipping=False)``), next to the same
   call with its BlockMask, at the preset's largest L;
 * ``train``: forward and backward with gradients into q, k, v and the scheme's tables
   (the learnable T5 table of the H200 reference), for the preset's ``train_schemes``;
-* ``module``: a Hugging Face module (``T5Attention``, eager; one ``DebertaV2Layer``) and
-  the same module, same weights and inputs, with its attention computed by ``rp.attend``
-  on a few relpos_core paths; the outputs are compared before anything is timed.
+* ``module``: a Hugging Face module and the same module, same weights and inputs, with its
+  attention computed by ``rp.attend`` (the schemes that declare a ``benchmark_module``);
+  the outputs are compared before anything is timed.
 
 Sign conventions: each scheme's own (its ``PositionTerm`` records it).
 """
@@ -26,20 +27,20 @@ from dataclasses import dataclass, field
 import torch
 
 import relpos_core.registry as registry
+from relpos_core import schemes
 from relpos_core.attend import attend
+from relpos_core.budget import check_memory
 from relpos_core.kernels import flex
 from relpos_core.measure.analytic import analytic_bytes, peak_bytes
 from relpos_core.positions import resolve_positions
 
 __all__ = ["Case", "build_cases", "make_inputs", "make_call", "case_analytic_bytes", "distance_parameter",
-           "MODULE_PATHS"]
+           "module_schemes"]
 
-# relpos_core paths that stand in for the Hugging Face module of a scheme ("module" rows)
-MODULE_PATHS = {
-    "t5": (("gather", "sdpa"), ("gather", "flex")),
-    "deberta": (("gather", "sdpa"), ("gather", "flex")),
-}
-HF_LABELS = {"t5": "Hugging Face T5Attention (eager)", "deberta": "Hugging Face DebertaV2Layer (eager, one layer)"}
+
+def module_schemes() -> list[str]:
+    """The schemes whose declaration has a Hugging Face module to benchmark against."""
+    return [name for name, s in schemes.SCHEMES.items() if s.benchmark_module is not None]
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class Case:
     @property
     def label(self) -> str:
         if self.backend == "transformers":
-            return HF_LABELS[self.scheme]
+            return f"{self.scheme}: Hugging Face module"
         text = f"{self.scheme}: {self.form}/{self.backend}"
         if self.mode == "module":
             text += " (relpos_core in the module)"
@@ -71,22 +72,21 @@ class Case:
         return text
 
 
-def distance_parameter(scheme: str, preset: dict, L: int) -> int:
-    """The ``k`` of ``registry.example_term`` for a scheme at length L (Transformer-XL: one row per distance)."""
-    if scheme == "transformer_xl":
-        return L
-    return int(preset["k"].get(scheme, 1))
+def distance_parameter(scheme: str, preset: dict, L: int) -> int | None:
+    """The value of a scheme's distance parameter in this preset at length L (its declaration says)."""
+    distance = schemes.lookup(scheme).scheme.distance
+    return None if distance is None else distance.for_preset(preset["size"], L)
 
 
 def build_cases(preset: dict, *, include_modules: bool | None = None) -> list[Case]:
-    """Every case of a preset, from ``registry.paths()``."""
+    """Every case of a preset, from ``registry.paths()`` and the declarations."""
     cases = []
     largest = (max(preset["lengths"]),)
     for path in registry.paths():
         causal = path.causal == "required"
         skip = True if (path.backend == "flex" and causal) else None
         cases.append(Case(path.scheme, path.form, path.backend, causal=causal, block_skipping=skip))
-        if path.scheme == "none":  # the causal baselines (Transformer-XL and the block-skipping rows divide by them)
+        if path.scheme == "none":  # the causal baselines (decoder-only paths and block skipping divide by them)
             cases.append(Case("none", path.form, path.backend, causal=True,
                               block_skipping=True if path.backend == "flex" else None))
     for scheme, form in preset.get("block_skip_cases", ()):
@@ -105,13 +105,13 @@ def build_cases(preset: dict, *, include_modules: bool | None = None) -> list[Ca
                 if case not in cases:
                     cases.append(case)
     if include_modules if include_modules is not None else preset.get("modules", False):
-        for scheme, paths in MODULE_PATHS.items():
+        for scheme in module_schemes():
             cases.append(Case(scheme, "hf", "transformers", mode="module",
                               note="the module a user would otherwise run, projections included"))
-            for form, backend in paths:
-                cases.append(Case(scheme, form, backend, mode="module",
-                                  note="the same module and weights, attention by rp.attend"))
-    # a flex case at one length only is kept only where it is compiled anyway (block-skipping rows)
+            for path in registry.paths(scheme):  # the dense and the fused path that compute its term per offset
+                if path.form == "gather" and path.backend in ("sdpa", "flex"):
+                    cases.append(Case(scheme, path.form, path.backend, mode="module",
+                                      note="the same module and weights, attention by rp.attend"))
     return cases
 
 
@@ -127,9 +127,9 @@ def make_inputs(preset: dict, L: int, device: torch.device, dtype: torch.dtype, 
 
 
 def _term(case: Case, preset: dict, L: int, x: dict, device, dtype):
-    k = distance_parameter(case.scheme, preset, L)
-    return registry.example_term(case.scheme, num_heads=preset["H"], head_dim=preset["d"], k=k, device=device,
-                                 dtype=dtype, generator=x["generator"])
+    return registry.example_term(case.scheme, num_heads=preset["H"], head_dim=preset["d"],
+                                 k=distance_parameter(case.scheme, preset, L), device=device, dtype=dtype,
+                                 generator=x["generator"])
 
 
 def case_analytic_bytes(case: Case, preset: dict, L: int, dtype: torch.dtype, device: torch.device,
@@ -144,7 +144,7 @@ def case_analytic_bytes(case: Case, preset: dict, L: int, dtype: torch.dtype, de
         term = registry.example_term(case.scheme, num_heads=preset["H"], head_dim=preset["d"], k=k,
                                      device="meta", dtype=dtype)
         return peak_bytes(term, case.form, case.backend, compiled=False, **sizes)
-    return analytic_bytes(case.scheme, case.form, case.backend, k=k, **sizes)
+    return analytic_bytes(case.scheme, case.form, case.backend, k=k or 1, **sizes)
 
 
 def make_call(case: Case, preset: dict, L: int, x: dict, device: torch.device, dtype: torch.dtype, *,
@@ -152,8 +152,7 @@ def make_call(case: Case, preset: dict, L: int, x: dict, device: torch.device, d
     """(fn, info): ``fn()`` runs the case once; ``info`` records what ran (notes, output checks)."""
     info: dict = {}
     if case.mode == "module":
-        return _module_call(case, preset, L, x, device, dtype, compiled=compiled,
-                            kernel_options=kernel_options, info=info), info
+        return _module_call(case, preset, x, device, dtype, compiled=compiled, kernel_options=kernel_options), info
     q, k, v = x["q"], x["k"], x["v"]
     term = _term(case, preset, L, x, device, dtype)
     opts = dict(compiled=compiled, kernel_options=kernel_options) if case.backend == "flex" else {}
@@ -188,86 +187,35 @@ def make_call(case: Case, preset: dict, L: int, x: dict, device: torch.device, d
 
 # ----------------------------------------------------------------------------- Hugging Face modules
 
-
-def _hf_t5(preset: dict, device, dtype):
-    from transformers import T5Config
-    from transformers.models.t5.modeling_t5 import T5Attention
-
-    H, d = preset["H"], preset["d"]
-    cfg = T5Config(d_model=H * d, d_kv=d, num_heads=H, relative_attention_num_buckets=32,
-                   relative_attention_max_distance=int(preset["k"]["t5"]), dropout_rate=0.0, is_decoder=False)
-    cfg._attn_implementation = "eager"
-    return T5Attention(cfg, has_relative_attention_bias=True, layer_idx=0).to(device=device, dtype=dtype).eval()
-
-
-def _hf_deberta(preset: dict, device, dtype):
-    from transformers import DebertaV2Config
-    from transformers.models.deberta_v2.modeling_deberta_v2 import DebertaV2Layer
-
-    H, d, S = preset["H"], preset["d"], int(preset["k"]["deberta"])
-    cfg = DebertaV2Config(hidden_size=H * d, num_attention_heads=H, intermediate_size=4 * H * d,
-                          relative_attention=True, position_buckets=S, max_relative_positions=2 * S,
-                          pos_att_type=["c2p", "p2c"], share_att_key=True, hidden_dropout_prob=0.0,
-                          attention_probs_dropout_prob=0.0)
-    cfg._attn_implementation = "eager"
-    return DebertaV2Layer(cfg).to(device=device, dtype=dtype).eval()
-
-
 _MODULES: dict = {}
 
 
-def hf_module(scheme: str, preset: dict, device, dtype):
-    """The Hugging Face module of a scheme, built once per (scheme, sizes) from a config (random weights)."""
-    key = (scheme, preset["H"], preset["d"], str(device), str(dtype))
+def _module(scheme: str, preset: dict, device, dtype=torch.float32, generator=None):
+    """The scheme's declared benchmark module, built once per (scheme, sizes, device, dtype)."""
+    key = (scheme, preset["H"], preset["d"], preset["size"], str(device), str(dtype))
     if key not in _MODULES:
-        torch.manual_seed(0)
-        _MODULES[key] = (_hf_t5 if scheme == "t5" else _hf_deberta)(preset, device, dtype)
+        k = distance_parameter(scheme, preset, max(preset["lengths"]))
+        _MODULES[key] = schemes.SCHEMES[scheme].benchmark_module(preset["H"], preset["d"], k, device=device,
+                                                                 dtype=dtype, generator=generator)
     return _MODULES[key]
 
 
-def _heads(x: torch.Tensor, H: int) -> torch.Tensor:  # (B, L, H d) -> (B, H, L, d)
-    B, L, D = x.shape
-    return x.view(B, L, H, D // H).transpose(1, 2)
-
-
-def _module_call(case: Case, preset: dict, L: int, x: dict, device, dtype, *, compiled, kernel_options, info):
-    from relpos_core.schemes import deberta as rp_deberta
-    from relpos_core.schemes import t5 as rp_t5
-
-    H = preset["H"]
+def _module_call(case: Case, preset: dict, x: dict, device, dtype, *, compiled, kernel_options):
+    module = _module(case.scheme, preset, device, dtype, x["generator"])
     hidden = x["hidden"]  # (B, L, H d)
-    B = hidden.shape[0]
-    module = hf_module(case.scheme, preset, device, dtype)
-    opts = dict(compiled=compiled, kernel_options=kernel_options) if case.backend == "flex" else {}
-    if case.scheme == "t5":
-        if case.backend == "transformers":
-            return lambda: module(hidden)[0]  # (B, L, H d)
-        table = module.relative_attention_bias.weight.detach()  # (num_buckets, H)
-        term = rp_t5.position_term(table, bidirectional=True, max_distance=module.relative_attention_max_distance)
-
-        def t5_fn():
-            q, k, v = (_heads(p(hidden), H) for p in (module.q, module.k, module.v))  # (B, H, L, d) each
-            out = attend(q, k, v, term, form=case.form, backend=case.backend, **opts)  # (B, H, L, d)
-            return module.o(out.transpose(1, 2).reshape(B, L, -1))  # (B, L, H d)
-        return t5_fn
-    S = module.attention.self.pos_ebd_size
-    if "rel" not in x:
-        x["rel"] = torch.randn(2 * S, hidden.shape[-1], generator=x["generator"]).to(device=device, dtype=dtype)
-        x["mask"] = torch.ones(B, 1, 1, L, dtype=torch.bool, device=device)  # no padding
-    rel, mask = x["rel"], x["mask"]
     if case.backend == "transformers":
-        return lambda: module(hidden, mask, rel_embeddings=rel)[0]  # (B, L, H d)
-    sa = module.attention.self
-    cfg = module.attention.self
+        # Hugging Face's eager module builds its bias and scores per pair, as the naive eager path does: the
+        # guard counts that path's bytes for it before it runs (a lower bound: the module's own copies add more)
+        B, L = hidden.shape[0], hidden.shape[1]
+        need = analytic_bytes(case.scheme, "naive", "eager", B=B, H=preset["H"], Lq=L, Lk=L, d=preset["d"],
+                              k=distance_parameter(case.scheme, preset, L) or 1, dtype=dtype, device_type=device.type)
+        check_memory(need, what=module.label, shape=(B, preset["H"], L, L), dtype=dtype,
+                     alternative="the same module with its attention on rp.attend (the module rows' other paths)")
+        return lambda: module.hf(hidden)  # (B, L, H d)
+    opts = dict(compiled=compiled, kernel_options=kernel_options) if case.backend == "flex" else {}
 
-    def deberta_fn():
-        q, k, v = (_heads(p(hidden), H) for p in (sa.query_proj, sa.key_proj, sa.value_proj))  # (B, H, L, d)
-        pos_key = _heads(sa.key_proj(rel)[None], H)[0]  # (H, 2S, d)
-        pos_query = _heads(sa.query_proj(rel)[None], H)[0]  # (H, 2S, d)
-        term = rp_deberta.position_term(pos_key, pos_query, att_span=S, position_buckets=cfg.position_buckets,
-                                        max_relative_positions=cfg.max_relative_positions)
+    def fn():
+        q, k, v, term = module.prepare(hidden)  # (B, H, L, d) each, the module's term
         ctx = attend(q, k, v, term, form=case.form, backend=case.backend, **opts)  # (B, H, L, d)
-        ctx = ctx.transpose(1, 2).reshape(B, L, -1)  # (B, L, H d)
-        attention_output = module.attention.output(ctx, hidden)  # (B, L, H d)
-        return module.output(module.intermediate(attention_output), attention_output)  # (B, L, H d)
-    return deberta_fn
+        return module.finish(ctx, hidden)  # (B, L, H d)
+    return fn
