@@ -417,7 +417,8 @@ def test_verdicts_over_learning_rates_and_budgets():
     assert R.verdict({(1, 1): True, (1, 4): False, (2, 1): True, (2, 4): False}) == "budget-dependent"
     assert R.verdict({(1, 1): True, (1, 4): True, (2, 1): False, (2, 4): False}) == "depends on the learning rate"
     assert R.verdict({(1, 1): False, (1, 4): False, (2, 1): False, (2, 4): False}) == "does not hold"
-    assert R.verdict({(1, 1): True, (1, 4): False, (2, 1): False, (2, 4): True}) == "does not hold"
+    assert R.verdict({(1, 1): True, (1, 4): False, (2, 1): False, (2, 4): True}) == "mixed"
+    assert R.verdict({(1, 1): False, (1, 4): True, (2, 1): True, (2, 4): True}) == "mixed"
     with pytest.raises(ValueError, match="checks must hold"):
         R.verdict({})
 

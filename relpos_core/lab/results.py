@@ -22,7 +22,7 @@ learning rate and every budget):
   seeds each way; at a probe other than the training one only seeds where both runs
   solved their task count ("k of N solved");
 * ``verdict``: a claim checked at every (learning rate, budget): "holds", "budget-dependent",
-  "depends on the learning rate" or "does not hold".
+  "depends on the learning rate", "mixed", "does not hold" or "untestable".
 """
 from __future__ import annotations
 
@@ -347,8 +347,8 @@ def paired(results: dict, run_a: str, run_b: str, probe: str, *, budget: int = 1
     return out
 
 
-VERDICTS = ("holds", "holds where testable", "budget-dependent", "depends on the learning rate", "does not hold",
-            "untestable")
+VERDICTS = ("holds", "holds where testable", "budget-dependent", "depends on the learning rate", "mixed",
+            "does not hold", "untestable")
 
 
 def verdict(checks: dict) -> str:
@@ -359,8 +359,9 @@ def verdict(checks: dict) -> str:
     some budget could not test it at any learning rate (no model had solved the task yet);
     "budget-dependent": the same at every learning rate but not at every budget;
     "depends on the learning rate": the same at every budget but not at every learning rate;
-    "does not hold": false everywhere it was tested, or mixed both ways; "untestable": nowhere
-    testable.
+    "mixed": true at some (learning rate, budget) and false at others, in a pattern neither the
+    budget nor the learning rate alone explains; "does not hold": false everywhere it was
+    tested; "untestable": nowhere testable.
     """
     if not checks:
         raise ValueError("checks must hold at least one (lr, budget) result")
@@ -379,7 +380,7 @@ def verdict(checks: dict) -> str:
         return "budget-dependent"
     if all(len({checks[(lr, b)] for b in the_budgets} - {None}) <= 1 for lr in the_lrs):
         return "depends on the learning rate"
-    return "does not hold"
+    return "mixed"
 
 
 def _everywhere(results: dict, check) -> dict:
