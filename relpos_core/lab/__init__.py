@@ -5,10 +5,11 @@ on synthetic tasks on a CPU until they solve them (or a cap), evaluated up to 51
 ``python -m relpos_core.lab --preset book`` runs the chapter's experiments on a reduced
 grid; ``--preset full`` is what the chapter reads (committed as
 ``relpos_core/data/lab-full.json``); in Python, ``run_preset(get_preset("tiny"))``
-returns the same records. Modules: ``tasks`` (seeded generators), ``models`` (the family: the library's one transformer, ``relpos_core.models``),
-``train`` (training to a solve criterion, evaluation), ``presets``, ``results`` (JSON with
-provenance, paired statistics, claim verdicts), ``figures`` (plotly for the book, PNGs for
-the CLI). Only torch is imported here; plotly, matplotlib and tqdm load when first used.
+returns the same records. Modules: ``tasks`` (seeded generators), ``models`` (the
+family: the library's one transformer, ``relpos_core.models``), ``train`` (training
+to a solve criterion, evaluation), ``presets``, ``results`` (JSON with provenance,
+paired statistics, claim verdicts), ``figures`` (plotly for the book, PNGs for the
+CLI). Only torch is imported here; plotly, matplotlib and tqdm load when first used.
 """
 from . import figures, models, presets, results, tasks, train
 from .models import SCHEMES, build_model, lab_config

@@ -357,7 +357,7 @@ def position_figure(results: dict, variants=None):
         for v in variants:
             details, mean, _ = R.detail_accuracy(results, f"position/{v}", budget=budget)
             fig.add_trace(go.Scatter(x=details, y=mean, mode="lines+markers", name=label(v), marker=dict(size=4),
-                                     line=dict(color=color(v) if v != "deberta_emd" else "#000000", dash=_dash(v))))
+                                     line=dict(color=color(v), dash=_dash(v))))
         fig.update_layout(height=440, xaxis=dict(title="absolute position i"),
                           yaxis=dict(title="accuracy (every run)", range=[0, 1.05]))
         return _bottom_legend(fig, rows=1)
