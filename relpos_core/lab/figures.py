@@ -14,7 +14,7 @@ from relpos_core import schemes
 
 from . import results as R
 
-__all__ = ["LABELS", "label", "color", "length_figure", "steps_figure", "curves_figure", "paired_figure",
+__all__ = ["LABELS", "label", "short_label", "color", "length_figure", "steps_figure", "curves_figure", "paired_figure",
            "parts_figure", "clipping_figure", "band_figure", "position_figure", "shared_rows", "budget_name",
            "save_plots"]
 
@@ -27,6 +27,13 @@ def label(variant: str) -> str:
     """Display name of a lab variant: the declaration's, with the experiment's change after it."""
     base, *rest = variant.split("-")
     name = LABELS.get(base, base)
+    return name if not rest else f"{name}, " + ", ".join(_SUFFIXES.get(x, x) for x in rest)
+
+
+def short_label(variant: str) -> str:
+    """A compact label for crowded axes: the declaration's ``short``, with the change after it."""
+    base, *rest = variant.split("-")
+    name = schemes.lookup(base).short if base in LABELS else base
     return name if not rest else f"{name}, " + ", ".join(_SUFFIXES.get(x, x) for x in rest)
 
 
@@ -74,8 +81,10 @@ def _steady_slider(make_figure, values, *, name, initial, below_axis: bool = Fal
 
 
 def _bottom_legend(fig, rows: int = 3):
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
-                      margin=dict(l=60, r=20, t=40, b=110 + 22 * rows))
+    """The legend in rows above the plot (the budget slider sits below the axis), with room
+    for ``rows`` rows; plotly grows the margin where a narrow screen wraps it into more."""
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+                      margin=dict(l=60, r=20, t=30 + 22 * rows, b=110))
     return fig
 
 
@@ -217,7 +226,7 @@ def paired_figure(results: dict, comparisons, *, height: int | None = None):
             hovertemplate="%{text}<extra></extra>"))
     fig.add_vline(x=0, line=dict(color="#444444", width=1))
     fig.update_layout(height=height or 140 + 48 * len(comparisons),
-                      xaxis=dict(title="difference in accuracy, A − B (95% interval over seeds)", range=[-1.05, 1.05]),
+                      xaxis=dict(title="A − B, accuracy (95% interval)", range=[-1.05, 1.05]),
                       yaxis=dict(tickvals=list(range(len(labels))), ticktext=labels, autorange="reversed",
                                  automargin=True),
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
@@ -236,14 +245,14 @@ def parts_figure(results: dict, task: str, variants=None, *, probe: str | None =
 
     def make(budget):
         fig = go.Figure()
-        for part, col in (("sign", "#9467bd"), ("distance", "#2ca02c")):
+        for part, col in (("sign", "#4d4d4d"), ("distance", "#b3b3b3")):  # not scheme colours
             ys, err_lo, err_hi = [], [], []
             for v in variants:
                 s = R.summary(R.values(results, f"{task}/{v}", probe, budget=budget, what=part).values())
                 ys.append(s["mean"])
                 err_lo.append(s["mean"] - s["min"])
                 err_hi.append(s["max"] - s["mean"])
-            fig.add_trace(go.Bar(x=[label(v) for v in variants], y=ys, name=f"right {part}", marker_color=col,
+            fig.add_trace(go.Bar(x=[short_label(v) for v in variants], y=ys, name=f"right {part}", marker_color=col,
                                  error_y=dict(type="data", symmetric=False, array=err_hi, arrayminus=err_lo,
                                               thickness=1, width=2)))
         fig.add_hline(y=0.5, line=dict(color="#555555", dash="dot", width=1))
@@ -304,12 +313,12 @@ def clipping_figure(results: dict, *, budget: int = 1):
                                      error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo,
                                                   thickness=1, width=2)))
         what = f"clip k = {value}" if family == "shaw" else f"32 buckets, max_distance = {value}"
-        fig.update_layout(title=dict(text=f"{LABELS[family]}, {what}", y=0.97), height=440,
+        fig.update_layout(title=dict(text=f"{LABELS[family]}, {what}", y=0.98), height=480,
                           xaxis=dict(title="offset r = marker position − token position",
                                      range=[-max_offset - 1, max_offset + 1], dtick=4),
                           yaxis=dict(title="accuracy (every run)", range=[0, 1.05]),
-                          legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
-                          margin=dict(l=60, r=20, t=60, b=110))
+                          legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+                          margin=dict(l=60, r=20, t=100, b=110))
         return fig
 
     return _steady_slider(make, ["shaw", "t5"], name="scheme", initial="shaw")
