@@ -347,8 +347,9 @@ class Transformer(nn.Module):
                 terms: list | None = None) -> torch.Tensor:
         """Logits (B, n, num_outputs) of the n new ``tokens`` (B, n).
 
-        Without a cache the tokens sit at 0 .. n - 1 (or at ``positions``) and attend to
-        each other (causally in a decoder). With a cache they come next after the kept
+        Without a cache the tokens sit at 0 .. n - 1 (or at ``positions``; in training mode
+        at ``self.position.training_positions(n)`` where the scheme draws them, as
+        randomised positions do) and attend to each other (causally in a decoder). With a cache they come next after the kept
         tokens, are appended to it, and the cache evicts after the call; if the call
         fails, the cache is left as it was.
         """
@@ -356,6 +357,8 @@ class Transformer(nn.Module):
         B, n = tokens.shape
         if cache is not None:
             self._check_cache(cache, B)
+        if self.training and cache is None and positions is None:  # a scheme may train at other positions
+            positions = self.position.training_positions(n)
         run = self._run(n, cache, positions, form, backend, compiled, tokens.device)
         terms = self.position_terms() if terms is None else terms
         with (cache.step() if cache is not None else contextlib.nullcontext()):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -50,12 +51,56 @@ def load_average() -> list[float] | None:
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
+def cpu_capability() -> str:
+    """The instruction set torch's CPU kernels were dispatched to on this machine
+    (``torch.backends.cpu.get_cpu_capability()``: "DEFAULT", "AVX2", "AVX512", ...).
+
+    Two CPUs with different capabilities run different kernels (other vector widths,
+    other summation orders), so a seeded float32 training run need not give the same
+    numbers on both: record it beside every result."""
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):  # an old torch without it
+        return "unknown"
+
+
+def cpu_flags() -> list[str]:
+    """The vector-instruction flags of /proc/cpuinfo that matter for torch's kernels (empty elsewhere)."""
+    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "asimd", "sve")
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in wanted if f in have]
+    except OSError:
+        pass
+    return []
+
+
+def torch_build() -> dict:
+    """How this torch was built: version, git revision, debug flag, the BLAS and parallel
+    backends it links (what changes float32 results from one installation to the next)."""
+    config = torch.__config__.show()
+    found = re.search(r"BLAS_INFO=([^,\s]+)", config)
+    blas = found.group(1) if found else "unknown"
+    return dict(version=torch.__version__, git_version=getattr(torch.version, "git_version", None),
+                debug=bool(getattr(torch.version, "debug", False)), blas=blas,
+                parallel=torch.__config__.parallel_info().splitlines()[0].strip(),
+                mkldnn=bool(torch.backends.mkldnn.is_available()))
+
+
 def machine(device="cpu", *, commit: str | None = None) -> dict:
     """What every result records about where and from which code it came: device, its
     name, torch and CUDA versions, Python, platform, CPU count, UTC date and git commit
-    (``commit`` when taken earlier, at the start of a long run)."""
+    (``commit`` when taken earlier, at the start of a long run); for the CPU also what
+    decides its float32 numbers: the instruction set torch dispatches to
+    (``cpu_capability``), the CPU's vector flags, torch's default thread count, the
+    torch build (``torch_build``) and the load average when the record was made."""
     device = torch.device(device)
     return dict(device=device.type, device_name=device_name(device), torch=torch.__version__,
                 cuda=torch.version.cuda, python=platform.python_version(), platform=platform.platform(),
-                cpu_count=os.cpu_count(), date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                cpu_count=os.cpu_count(), cpu_model=device_name("cpu"), cpu_capability=cpu_capability(),
+                cpu_flags=cpu_flags(), torch_threads=torch.get_num_threads(), torch_build=torch_build(),
+                load_average=load_average(),
+                date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 git_commit=git_commit() if commit is None else commit)

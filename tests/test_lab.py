@@ -1,5 +1,5 @@
-"""The experiments lab (relpos_core.lab): tasks, models (the library's one transformer), pipeline,
-determinism, CLI."""
+"""The experiments lab (relpos_core.lab): tasks, models (the library's one transformer), training to a
+solve criterion, statistics (paired differences, intervals, verdicts), determinism, CLI, Ctrl-C."""
 from __future__ import annotations
 
 import json
@@ -12,19 +12,15 @@ import torch
 import relpos_core as rp
 from relpos_core.lab.__main__ import main as lab_main
 from relpos_core.lab.models import SCHEMES, build_model, lab_config
-from relpos_core.lab.presets import MULTIPLIERS, get_preset
+from relpos_core.lab.presets import LONGEST, get_preset, ladder
 from relpos_core.lab.tasks import IGNORE, CopyTask, MarkerTask, PositionTask, RetrievalTask, make_task
-from relpos_core.lab.train import derive_seed, train_run
+from relpos_core.lab.train import SolveTracker, derive_seed, train_run
 
 lab = rp.lab
+R = rp.lab.results
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread, as the lab runs its models: with two, small element-wise ops (cos,
-    sin) can be much slower on a shared 2-core machine."""
-    with lab.train.threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread, as the lab runs
 
 
 def gen(seed=0):
@@ -34,43 +30,67 @@ def gen(seed=0):
 # ----------------------------------------------------------------------------- tasks
 
 
-def test_retrieval_labels_are_the_value_after_the_key():
-    task = RetrievalTask(num_pairs=3, num_keys=8, num_values=8, num_filler=4)
+@pytest.mark.parametrize("gap", [1, 2, 3])
+def test_retrieval_labels_are_the_value_gap_tokens_after_the_key(gap):
+    task = RetrievalTask(num_pairs=3, num_keys=8, num_values=8, num_filler=4, gap=gap, min_pairs=1)
+    F, K = task.num_filler, task.num_keys
+    pair_counts = set()
     for L in (16, 128):
         b = task.sample(64, L, gen())
         assert b.tokens.shape == b.targets.shape == b.detail.shape == (64, L)
-        F, K = task.num_filler, task.num_keys
         for row, tgt, det in zip(b.tokens.tolist(), b.targets.tolist(), b.detail.tolist()):
             context = row[: L - 3]
             keys = [t for t in context if F <= t < F + K]
-            assert len(keys) == len(set(keys)) == 3  # distinct keys, each once in the context
+            assert len(keys) == len(set(keys)) and 1 <= len(keys) <= 3  # distinct keys, 1 to 3 pairs
+            pair_counts.add(len(keys))
             for q in range(L - 3, L):
-                k = context.index(row[q])
-                assert tgt[q] == context[k + 1] and F + K <= tgt[q] < task.vocab_size
-                assert det[q] == q - (k + 1)  # distance back to the value
+                k = context.index(row[q])  # every query asks a key of the row
+                assert tgt[q] == context[k + gap] and F + K <= tgt[q] < task.vocab_size
+                assert all(t >= F + K for t in context[k + 1: k + gap + 1])  # decoys, then the value
+                assert det[q] == q - (k + gap)  # distance back to the value
+            asked = {row[q] for q in range(L - 3, L)}
+            assert asked == set(keys)  # each pair asked (some twice when there are fewer than 3)
             assert all(t == IGNORE for t in tgt[: L - 3])
+    assert pair_counts == {1, 2, 3}  # the density changes from row to row
 
 
-def test_copy_labels_are_the_next_token_of_the_copy():
-    task = CopyTask(num_symbols=64, min_fraction=0.25)
-    for L in (16, 128):
-        b = task.sample(32, L, gen(1))
-        lo, hi = task.copy_sizes(L)
+def test_retrieval_floor_is_the_rows_most_frequent_value():
+    task = RetrievalTask(num_pairs=3, num_keys=8, num_values=8, num_filler=4)  # three pairs in every row
+    b = task.sample(4096, 16, gen(1))
+    # three values drawn with replacement from 8, each asked once: guessing the row's mode scores
+    # 1/3 when all differ (42/64 of rows), 2/3 with one pair (21/64), 1 when all agree (1/64)
+    exact = (42 / 64) * (1 / 3) + (21 / 64) * (2 / 3) + (1 / 64) * 1
+    assert exact == 29 / 64 and abs(task.position_free_floor(b) - exact) < 0.02
+    decoys = RetrievalTask(num_pairs=3, num_keys=8, num_values=8, num_filler=4, gap=2)
+    assert decoys.position_free_floor(decoys.sample(2048, 16, gen(1))) < exact - 0.05  # decoys blur the mode
+
+
+def test_copy_labels_are_the_next_token_of_the_copy_at_a_random_place():
+    task = CopyTask(num_symbols=64, min_copy=2, max_copy=8)
+    starts, sizes = set(), set()
+    for L in (32, 128):
+        b = task.sample(64, L, gen(1))
         for row, tgt, det in zip(b.tokens.tolist(), b.targets.tolist(), b.detail.tolist()):
             sep = row.index(CopyTask.SEP)
-            n = L - 1 - sep + 1  # labels from SEP to the end
-            assert lo <= n <= hi
+            n = sum(t != IGNORE for t in tgt)
+            assert 2 <= n <= 8
             x = row[sep - n: sep]
-            assert row[: sep - n] == [CopyTask.PAD] * (sep - n)
             assert len(set(x)) == n and min(x) >= 2  # distinct symbols
-            assert row[sep + 1:] == x[:-1]  # the copy
-            assert tgt[sep:] == x and det[sep:] == list(range(n))
-            assert all(t == IGNORE for t in tgt[:sep])
-    sizes = {int((b.targets[i] != IGNORE).sum()) for i in range(32)}
-    assert len(sizes) > 1  # the copy length varies from row to row: no fixed offset
+            assert row[sep + 1: sep + 1 + n] == x  # the copy
+            assert set(row[: sep - n]) <= {CopyTask.PAD} and set(row[sep + 1 + n:]) <= {CopyTask.PAD}
+            assert tgt[sep: sep + n] == x and det[sep: sep + n] == list(range(n))
+            starts.add(sep - n)
+            sizes.add(n)
+    assert len(starts) > 10 and sizes == set(range(2, 9))  # the separator's position does not give n away
+    right = CopyTask(placement="right").sample(16, 32, gen(2))
+    assert (right.tokens[:, -1] != CopyTask.PAD).all()  # right-aligned: the shortcut the random placement removes
+    longer = CopyTask(min_copy=9, max_copy=15).sample(8, 32, gen(3))
+    assert ((longer.targets != IGNORE).sum(1) >= 9).all()
+    floor = task.position_free_floor(task.sample(512, 32, gen(4)))
+    assert 0.2 < floor < 0.6  # guessing among the symbols not yet copied
 
 
-def test_marker_labels_are_the_signed_offset():
+def test_marker_labels_bidirectional_and_causal_and_their_parts():
     task = MarkerTask(max_offset=16, num_filler=1)
     b = task.sample(64, 32, gen(2))
     for row, tgt, det in zip(b.tokens.tolist(), b.targets.tolist(), b.detail.tolist()):
@@ -84,13 +104,24 @@ def test_marker_labels_are_the_signed_offset():
                 assert det[i] == IGNORE and tgt[i] == IGNORE
     c = torch.arange(32)
     assert torch.equal(task.offset_to_class(task.class_to_offset(c)), c)
-    assert 0 not in task.class_to_offset(c).tolist()
+    causal = MarkerTask(max_offset=16, causal=True)
+    assert causal.causal and causal.num_classes == 16
+    bc = causal.sample(64, 32, gen(3))
+    labelled = bc.targets != IGNORE
+    assert (bc.detail[labelled] < 0).all()  # only tokens after the marker, which they can see
+    assert torch.equal(bc.targets[labelled], -bc.detail[labelled] - 1)
+    # sign and distance scored apart: the mirror image of r has the right distance, the wrong sign
+    t = task.offset_to_class(torch.tensor([-3, 5]))
+    mirrored = task.offset_to_class(torch.tensor([3, -5]))
+    parts = task.parts(mirrored, t)
+    assert parts["distance"].all() and not parts["sign"].any()
+    assert set(causal.parts(t[:1] * 0, t[:1] * 0)) == {"distance"}
 
 
 def test_position_labels_and_generators_are_seeded():
     b = PositionTask(num_positions=32).sample(4, 32, gen(3))
     assert torch.equal(b.targets, torch.arange(32).expand(4, 32)) and torch.equal(b.detail, b.targets)
-    for name, L in (("retrieval", 16), ("copy", 16), ("marker", 32), ("position", 32)):
+    for name, L in (("retrieval", 16), ("copy", 32), ("marker", 32), ("position", 32)):
         a, c = make_task(name).sample(8, L, gen(5)), make_task(name).sample(8, L, gen(5))
         assert torch.equal(a.tokens, c.tokens) and torch.equal(a.targets, c.targets)
         assert not torch.equal(a.tokens, make_task(name).sample(8, L, gen(6)).tokens)
@@ -98,17 +129,42 @@ def test_position_labels_and_generators_are_seeded():
 
 @pytest.mark.parametrize("call, match", [
     (lambda: RetrievalTask(num_pairs=3).sample(2, 9, gen()), "length must be an integer >= 10"),
-    (lambda: CopyTask(num_symbols=8).sample(2, 17, gen()), r"length must be an integer in \[4, 16\]"),
+    (lambda: RetrievalTask(num_pairs=3, gap=0), r"gap must be an integer in \[1, 8\]"),
+    (lambda: RetrievalTask(num_pairs=3, min_pairs=4), r"min_pairs must be an integer in \[1, 3\]"),
+    (lambda: CopyTask(max_copy=8).sample(2, 16, gen()), "length must be an integer >= 17"),
+    (lambda: CopyTask(min_copy=5, max_copy=4), r"max_copy must be an integer in \[5, 64\]"),
+    (lambda: CopyTask(placement="left"), "placement must be one of"),
     (lambda: MarkerTask(max_offset=16).sample(2, 16, gen()), "length must be an integer >= 17"),
+    (lambda: MarkerTask(causal="yes"), "causal must be one of"),
     (lambda: PositionTask(num_positions=32).sample(2, 33, gen()), r"length must be an integer in \[2, 32\]"),
     (lambda: MarkerTask().sample(0, 32, gen()), "batch_size"),
     (lambda: MarkerTask().sample(2, 32, 5), "generator must be a torch.Generator"),
-    (lambda: CopyTask(min_fraction=0.7), r"min_fraction must be a number in \(0, 0.5\]"),
     (lambda: make_task("sorting"), "task must be one of"),
 ])
 def test_task_arguments_are_checked(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+def test_presets_come_from_the_declarations_and_reach_512_tokens():
+    full = get_preset("full")
+    assert ladder(16) == (16, 32, 64, 128, 256, 512) and ladder(32)[-1] == LONGEST == 512
+    for name, setup in full.tasks.items():
+        if name != "position":
+            assert setup.max_length >= 512, name
+    assert len(full.seeds) >= 5 and len(full.lrs) >= 2 and full.budgets == (1, 4)
+    gap = {r.scheme for r in full.runs if r.task == "retrieval_gap"}
+    assert {"none", "rope", "alibi", "t5", "randomized", "fire"} <= gap  # NoPE, the usual, the long-input ones
+    for r in full.runs:  # decoder-only schemes only on causal tasks
+        task = lab.tasks.make_task(full.tasks[r.task].task, **full.tasks[r.task].options)
+        assert task.causal or not rp.schemes.lookup(r.scheme).scheme.causal_only
+    book = get_preset("book")
+    assert {r.run_id for r in book.runs} <= {r.run_id for r in full.runs}
+    tiny = get_preset("tiny")
+    assert len(tiny.runs) <= 12 and {r.task for r in tiny.runs} == set(full.tasks)
 
 
 # ----------------------------------------------------------------------------- models
@@ -121,11 +177,11 @@ def test_every_model_runs_at_every_evaluation_length(scheme):
             continue
         cfg = lab_config(scheme, vocab_size=20, num_classes=7, max_positions=128, causal=causal)
         model = build_model(cfg, seed=0).eval()
-        for m in MULTIPLIERS:
-            tokens = torch.randint(0, 20, (2, 16 * m))  # (B, L)
+        for L in (16, 128):
+            tokens = torch.randint(0, 20, (2, L))  # (B, L)
             with torch.no_grad():
                 logits = model(tokens)
-            assert logits.shape == (2, 16 * m, 7) and torch.isfinite(logits).all()
+            assert logits.shape == (2, L, 7) and torch.isfinite(logits).all()
 
 
 def test_model_config_is_checked():
@@ -143,24 +199,6 @@ def test_model_config_is_checked():
         learned(torch.zeros(1, 9, dtype=torch.long))
 
 
-def test_deberta_layer_matches_relpos_core_disentangled_attention():
-    """The lab's DeBERTa layer (rp.attend with the declared term) equals the module that matches HF's."""
-    model = build_model(lab_config("deberta", vocab_size=10, num_classes=3, max_positions=12, causal=False,
-                                   position=dict(att_span=4)), seed=0)
-    attn = model.blocks[0].attention
-    dcfg = rp.schemes.deberta.DisentangledConfig(hidden_size=64, num_heads=4, max_relative_positions=4)
-    ref = rp.schemes.deberta.DisentangledSelfAttention(dcfg)
-    with torch.no_grad():
-        for mine, theirs in ((attn.wq, ref.query_proj), (attn.wk, ref.key_proj), (attn.wv, ref.value_proj)):
-            theirs.weight.copy_(mine.weight)
-            theirs.bias.zero_()
-    h = torch.randn(2, 12, 64)  # (B, L, D)
-    rel = model.position.norm(model.position.rel_embeddings)  # (2S, D): the shared table, normalised
-    q, k, v = (attn.heads(h, w) for w in (attn.wq, attn.wk, attn.wv))
-    ours = rp.attend(q, k, v, model.position.term(0, attn), backend="eager")  # (B, H, L, d)
-    torch.testing.assert_close(ours.transpose(1, 2).reshape(2, 12, 64), ref(h, None, rel), rtol=1e-5, atol=1e-5)
-
-
 def test_emd_adds_absolute_positions_and_reruns_the_last_block():
     cfg = lab_config("deberta_emd", vocab_size=10, num_classes=3, max_positions=128, causal=False)
     model = build_model(cfg, seed=0)
@@ -174,6 +212,39 @@ def test_emd_adds_absolute_positions_and_reruns_the_last_block():
     assert calls == [(0, False), (1, True), (1, True)]  # the second-to-last output, then the last block twice
 
 
+def test_randomized_positions_are_drawn_in_training_only_and_seeded():
+    cfg = lab_config("randomized", vocab_size=10, num_classes=3, max_positions=512, causal=True)
+    a, b = build_model(cfg, seed=3), build_model(cfg, seed=3)
+    pa = a.position.training_positions(32)
+    assert pa.shape == (32,) and bool((pa[1:] > pa[:-1]).all()) and 0 <= int(pa.min()) and int(pa.max()) < 512
+    assert torch.equal(pa, b.position.training_positions(32))  # the model's seed fixes the draws
+    assert not torch.equal(pa, a.position.training_positions(32))  # a new draw each call
+    seen = []
+    real = a._run
+
+    def spy(n, cache, positions, *args):
+        seen.append(positions)
+        return real(n, cache, positions, *args)
+
+    a._run = spy
+    tokens = torch.zeros(2, 16, dtype=torch.long)
+    a.train()(tokens)
+    a.eval()(tokens)
+    assert seen[0] is not None and seen[0].shape == (16,) and seen[1] is None  # eval: 0 .. n - 1
+    # the attention is RoPE's at the drawn positions
+    rope = build_model(lab_config("rope", vocab_size=10, num_classes=3, max_positions=512, causal=True), seed=3)
+    rope.load_state_dict(a.state_dict())
+    p = torch.tensor([0, 7, 40, 41, 300])
+    with torch.no_grad():
+        torch.testing.assert_close(a.eval()(tokens[:, :5], positions=p), rope(tokens[:, :5], positions=p))
+    with pytest.raises(ValueError, match="n must be at most max_positions = 512"):
+        a.position.training_positions(513)
+    import copy
+
+    assert torch.equal(copy.deepcopy(b).position.training_positions(8),
+                       build_model(cfg, seed=3).position.training_positions(8))
+
+
 def test_shaw_sinusoidal_init_has_the_random_init_row_norm():
     rows = {}
     for init in ("random", "sinusoidal"):
@@ -182,116 +253,284 @@ def test_shaw_sinusoidal_init_has_the_random_init_row_norm():
         rows[init] = build_model(cfg, seed=0).position.rel_key[0].detach()  # (33, 16)
     assert rows["sinusoidal"].shape == (33, 16)
     torch.testing.assert_close(rows["sinusoidal"].norm(dim=1), torch.full((33,), 0.02 * 4.0))  # 0.02 sqrt(d)
-    sim = lab.results.cosine_similarity(rows["sinusoidal"])
+    sim = R.cosine_similarity(rows["sinusoidal"])
     assert sim[16, 17] > sim[16, 24] > sim[16, 16] - 2  # a band: neighbours are more alike
 
 
-# ----------------------------------------------------------------------------- training, determinism, pipeline
+# ----------------------------------------------------------------------------- the solve criterion and budgets
+
+
+def test_solve_tracker_pools_the_last_window_of_steps():
+    t = SolveTracker(0.99, window=3)
+    assert not t.add(99, 100) and not t.add(100, 100)  # the window is not full yet
+    assert t.add(100, 100) and math.isclose(t.accuracy, 299 / 300)
+    assert not t.add(90, 100)  # the oldest step leaves, a bad one enters: 290 / 300
+    assert not t.add(100, 100) and not t.add(100, 100) and t.add(100, 100)  # the bad step has left
+    with pytest.raises(ValueError, match=r"threshold must be a number in \(0, 1\]"):
+        SolveTracker(1.5, 3)
+    with pytest.raises(ValueError, match="window must be an integer >= 1"):
+        SolveTracker(0.9, 0)
+
+
+def _quick(preset, cap=20, threshold=0.99, window=5):
+    tasks = {k: replace(t, cap=cap, batch_size=8, eval_rows=4, probes=t.probes[:2]) for k, t in preset.tasks.items()}
+    return replace(preset, tasks=tasks, solve_threshold=threshold, solve_window=window, warmup_steps=2)
+
+
+def test_a_solved_run_stops_and_is_the_same_model_for_every_budget():
+    quick = _quick(get_preset("tiny"), cap=30, threshold=0.05, window=2)  # an easy criterion: solved at once
+    record, _ = train_run(quick, quick.run("retrieval/none"), seed=0, lr=3e-3)
+    assert record["solved_at"] == record["steps"] == 2 and record["budgets"]["1"]["solved"]
+    assert record["budgets"]["4"] == {"steps": 2, "solved": True, "eval_of": "1"}
+    assert R.result(record, "L16", 4) == R.result(record, "L16", 1)
+
+
+def test_an_unsolved_run_is_evaluated_at_the_cap_and_at_the_end():
+    quick = _quick(get_preset("tiny"), cap=5, threshold=1.0, window=50)  # never solved
+    record, _ = train_run(quick, quick.run("marker/shaw"), seed=0, lr=3e-3)
+    assert record["solved_at"] is None and record["steps"] == 20
+    one, four = record["budgets"]["1"], record["budgets"]["4"]
+    assert (one["steps"], four["steps"], one["solved"], four["solved"]) == (5, 20, False, False)
+    assert set(one["eval"]) == set(four["eval"]) == {"L32", "L64"}
+    assert [c[0] for c in record["curve"]][-1] == 20
+
+
+def test_a_seeded_run_is_deterministic_and_the_learning_rate_changes_only_the_updates():
+    tiny = get_preset("tiny")
+    for run_id in ("marker/shaw-k16", "copy/randomized", "position/deberta_emd"):
+        spec = tiny.run(run_id)
+        a, _ = train_run(tiny, spec, seed=7, lr=3e-3)
+        b, _ = train_run(tiny, spec, seed=7, lr=3e-3)
+        c, _ = train_run(tiny, spec, seed=8, lr=3e-3)
+        assert json.dumps(_strip_times(a)) == json.dumps(_strip_times(b))
+        assert a["curve"] != c["curve"]
+        d, _ = train_run(tiny, spec, seed=7, lr=1e-3)
+        assert d["curve"][0] != a["curve"][0] or d["budgets"] != a["budgets"]
+    assert derive_seed(0, "train", "copy") == derive_seed(0, "train", "copy") != derive_seed(1, "train", "copy")
 
 
 def _strip_times(record):
     return {k: v for k, v in record.items() if k not in ("train_s", "eval_s", "cpu_s")}
 
 
-def test_a_seeded_run_is_deterministic():
-    preset = get_preset("tiny")
-    for run_id in ("marker/shaw-k16", "copy/t5", "position/deberta_emd"):
-        spec = preset.run(run_id)
-        a, _ = train_run(preset, spec, seed=7)
-        b, _ = train_run(preset, spec, seed=7)
-        c, _ = train_run(preset, spec, seed=8)
-        assert json.dumps(_strip_times(a)) == json.dumps(_strip_times(b))
-        assert a["curve"] != c["curve"]
-    assert derive_seed(0, "train", "copy") == derive_seed(0, "train", "copy") != derive_seed(1, "train", "copy")
-
-
 def test_run_preset_checks_its_arguments():
     tiny = get_preset("tiny")
     with pytest.raises(ValueError, match="seeds must be distinct"):
         lab.run_preset(tiny, [0, 0], progress=False)
+    with pytest.raises(ValueError, match=r"lrs must be distinct numbers in \(0, 1\)"):
+        lab.run_preset(tiny, [0], [0.1, 0.1], progress=False)
     with pytest.raises(ValueError, match="workers must be an integer >= 1"):
         lab.run_preset(tiny, [0], progress=False, workers=0)
     with pytest.raises(ValueError, match="keep_models needs workers == 1"):
         lab.run_preset(tiny, [0], progress=False, workers=2, keep_models=True)
+    with pytest.raises(ValueError, match=r"lr must be a number in \(0, 1\)"):
+        train_run(tiny, tiny.runs[0], seed=0, lr=2.0)
 
 
 def test_two_processes_give_the_same_records_in_the_same_order():
     tiny = get_preset("tiny")
-    small = replace(tiny, runs=(tiny.run("copy/rope"), tiny.run("position/deberta_emd"), tiny.run("marker/t5")))
+    small = replace(tiny, runs=(tiny.run("copy/randomized"), tiny.run("position/deberta_emd")), lrs=(3e-3,))
     spawned = lab.run_preset(small, [3], progress=False, workers=2)
     assert spawned["workers"] == 2 and [r["run_id"] for r in spawned["runs"]] == [s.run_id for s in small.runs]
     for record, spec in zip(spawned["runs"], small.runs):
-        here, _ = train_run(small, spec, seed=3)
+        here, _ = train_run(small, spec, seed=3, lr=3e-3)
         assert json.dumps(_strip_times(record)) == json.dumps(_strip_times(here))
 
 
 def test_untrained_rows_of_the_learned_table_stay_at_their_initial_values():
-    preset = get_preset("tiny")
-    spec = preset.run("retrieval/learned")
-    record, model = train_run(preset, spec, seed=0)
+    quick = _quick(get_preset("full"), cap=3, threshold=1.0, window=50)
+    spec = quick.run("retrieval_gap/learned")
+    record, model = train_run(quick, spec, seed=0, lr=3e-3)
     init = build_model(model.config, seed=derive_seed(0, "init", spec.run_id)).position.weight
     trained = model.position.weight.detach()
-    L = preset.tasks["retrieval"].train_length
-    assert record["untrained_position_rows"] == [L, 8 * L]
+    L = quick.tasks["retrieval_gap"].train_length
+    assert record["untrained_position_rows"] == [L, quick.tasks["retrieval_gap"].max_length]
     assert torch.equal(trained[L:], init[L:])  # never seen in training: untouched
     assert not torch.equal(trained[:L], init[:L])
+    table = record["input_table"]  # the table's trained rows against the token embeddings, and zeroed
+    assert 0 < table["row_norm"] < table["token_norm"] and 0 <= table["accuracy_zeroed"] <= 1
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def test_t_quantiles_and_intervals():
+    for df, q in ((1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (30, 2.0423)):  # tables of Student's t
+        assert abs(R.t_quantile(0.975, df) - q) < 5e-4
+    assert abs(R.t_quantile(0.95, 4) - 2.1318) < 5e-4 and R.t_quantile(0.025, 4) == -R.t_quantile(0.975, 4)
+    ti = R.t_interval([0.1, 0.2, 0.3, 0.4, 0.5])
+    half = 2.7764 * math.sqrt(0.025) / math.sqrt(5)
+    assert math.isclose(ti["mean"], 0.3) and abs(ti["low"] - (0.3 - half)) < 1e-3 and ti["n"] == 5
+    flat = R.t_interval([1.0, 1.0, 1.0])
+    assert flat["low"] == flat["high"] == 1.0
+    assert R.t_interval([0.5])["low"] == -math.inf  # one value says nothing about the spread
+    s = R.summary([0.5, 1.0, 0.75])
+    assert s["mean"] == 0.75 and s["min"] == 0.5 and s["max"] == 1.0 and math.isclose(s["std"], 0.25)
+    with pytest.raises(ValueError, match="values must hold at least one number"):
+        R.t_interval([])
+
+
+def _fake_results(acc_a, acc_b, solved_a, solved_b, lr=1e-3):
+    """Two runs of one task, five seeds, one learning rate; accuracy at the training probe L8 and at L16."""
+    probes = [{"name": "L8", "length": 8, "options": {}}, {"name": "L16", "length": 16, "options": {}}]
+    runs = []
+    for variant, accs, solved in (("a", acc_a, solved_a), ("b", acc_b, solved_b)):
+        for seed, (acc, ok) in enumerate(zip(accs, solved)):
+            ev = {p["name"]: {"accuracy": acc, "labels": 10, "floor": 0.1, "parts": {}, "by_detail": {"1": [1, 1]}}
+                  for p in probes}
+            runs.append({"run_id": f"t/{variant}", "task": "t", "variant": variant, "scheme": variant, "seed": seed,
+                         "lr": lr, "solved_at": 10 if ok else None, "steps": 10 if ok else 40,
+                         "budgets": {"1": {"steps": 10, "solved": ok, "eval": ev},
+                                     "4": {"steps": 10, "solved": ok, "eval_of": "1"}}})
+    return {"format": R.FORMAT, "provenance": {"lrs": [lr]},
+            "preset": {"budgets": [1, 4], "tasks": {"t": {"probes": probes}}, "runs": []}, "runs": runs}
+
+
+def test_paired_differences_are_seed_by_seed_and_beyond_training_only_on_solved_runs():
+    res = _fake_results([0.9, 0.8, 0.95, 0.7, 0.85], [0.5, 0.6, 0.55, 0.5, 0.45], [True] * 5,
+                        [True, True, False, True, True])
+    d = R.paired(res, "t/a", "t/b", "L8", lr=1e-3)
+    assert d["n"] == 5 and d["a_wins"] == 5 and d["low"] > 0  # at the training probe every seed counts
+    assert [round(x, 2) for x in d["diffs"]] == [0.4, 0.2, 0.4, 0.2, 0.4]
+    far = R.paired(res, "t/a", "t/b", "L16", lr=1e-3)
+    assert far["n"] == 4 and far["seeds"] == [0, 1, 3, 4]  # seed 2: b did not solve its task
+    assert R.solved(res, "t/b") == (4, 5)
+    unsolved = _fake_results([1] * 5, [1] * 5, [False] * 5, [False] * 5)
+    none = R.paired(unsolved, "t/a", "t/b", "L16", lr=1e-3)
+    assert none["n"] == 0 and math.isnan(none["mean"])
+    claim = R.better(res, "t/a", "t/b", "L8")  # one learning rate, two budgets (the same model)
+    assert claim["verdict"] == "holds" and all(claim["checks"].values())
+    assert R.better(unsolved, "t/a", "t/b", "L16")["verdict"] == "untestable"
+    assert R.solves(res, "t/b")["verdict"] == "does not hold"
+    assert R.solves(res, "t/b", at_least_k=4)["verdict"] == "holds"
+    assert R.at_least(res, "t/a", "L8", 0.7)["verdict"] == "holds"
+    assert R.at_most(res, "t/a", "L8", 0.7)["verdict"] == "does not hold"
+    table = R.claims_table([("a beats b", claim)], res)
+    assert table.count("✓") == 2 and "**holds**" in table
+
+
+def test_verdicts_over_learning_rates_and_budgets():
+    assert R.verdict({(1, 1): True, (1, 4): True, (2, 1): True, (2, 4): True}) == "holds"
+    assert R.verdict({(1, 1): None, (1, 4): True, (2, 1): None, (2, 4): True}) == "holds where testable"
+    assert R.verdict({(1, 1): None, (1, 4): None, (2, 1): None, (2, 4): None}) == "untestable"
+    assert R.verdict({(1, 1): None, (1, 4): False, (2, 1): None, (2, 4): False}) == "does not hold"
+    assert R.verdict({(1, 1): True, (1, 4): False, (2, 1): True, (2, 4): False}) == "budget-dependent"
+    assert R.verdict({(1, 1): True, (1, 4): True, (2, 1): False, (2, 4): False}) == "depends on the learning rate"
+    assert R.verdict({(1, 1): False, (1, 4): False, (2, 1): False, (2, 4): False}) == "does not hold"
+    assert R.verdict({(1, 1): True, (1, 4): False, (2, 1): False, (2, 4): True}) == "mixed"
+    assert R.verdict({(1, 1): False, (1, 4): True, (2, 1): True, (2, 4): True}) == "mixed"
+    with pytest.raises(ValueError, match="checks must hold"):
+        R.verdict({})
+
+
+# ----------------------------------------------------------------------------- the pipeline and the CLI
 
 
 @pytest.fixture(scope="module")
 def tiny_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("lab")
-    lab_main(["--preset", "tiny", "--seeds", "0", "1", "--out", str(out / "lab-tiny.json"), "--no-progress",
-              "--workers", "1"])
-    return out, lab.results.load_results(out / "lab-tiny.json")
+    with lab.train.threads(1):
+        lab_main(["--preset", "tiny", "--out", str(out / "lab-tiny.json"), "--no-progress", "--workers", "1"])
+    return out, R.load_results(out / "lab-tiny.json")
 
 
 def test_cli_pipeline_end_to_end_on_the_tiny_preset(tiny_results):
     out, res = tiny_results
-    preset = get_preset("tiny")
-    assert res["provenance"]["seeds"] == [0, 1] and res["provenance"]["preset"] == "tiny"
-    for key in ("device", "torch", "date", "git_commit", "wall_s", "cpu_s", "threads", "command"):
-        assert res["provenance"][key] is not None
-    assert res["provenance"]["torch"] == torch.__version__
-    assert len(res["runs"]) == 2 * len(preset.runs)
+    tiny = get_preset("tiny")
+    p = res["provenance"]
+    assert p["seeds"] == [0] and p["lrs"] == [3e-3, 1e-3] and p["preset"] == "tiny"
+    for key in ("device", "cpu_model", "cpu_capability", "cpu_flags", "torch_threads", "torch_build", "torch",
+                "date", "git_commit", "wall_s", "cpu_s", "threads", "command", "load_average_start"):
+        assert p[key] is not None, key
+    assert p["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert p["torch_build"]["version"] == torch.__version__ and p["torch_build"]["blas"]
+    assert len(res["runs"]) == 2 * len(tiny.runs) and res["complete"] is True
     for r in res["runs"]:
-        setup = preset.tasks[r["task"]]
-        assert sorted(map(int, r["eval"])) == list(setup.multipliers)
-        assert 0.0 <= r["eval"]["1"]["accuracy"] <= 1.0 and r["eval"]["1"]["labels"] > 0
-        assert r["curve"][-1][0] == setup.steps
-        assert sum(t for _, t in r["eval"]["1"]["by_detail"].values()) == r["eval"]["1"]["labels"]
-    for name in ("retrieval", "copy", "marker", "marker-detail", "position-detail"):
-        assert (out / f"lab-tiny-{name}.png").stat().st_size > 1000
-    assert res["provenance"]["workers"] == 1 and res["complete"] is True
+        setup = tiny.tasks[r["task"]]
+        assert set(r["budgets"]) == {"1", "4"} and r["steps"] <= setup.cap * 4
+        first = R.result(r, setup.probes[0].name)
+        assert 0.0 <= first["accuracy"] <= 1.0 and first["labels"] > 0 and 0 <= first["floor"] <= 1
+        assert sum(t for _, t in first["by_detail"].values()) == first["labels"]
+        assert set(r["budgets"]["4"].get("eval", {}) or R.result(r, setup.probes[0].name, 4)) is not None
+    for task in tiny.tasks:
+        assert (out / f"lab-tiny-{task}.png").stat().st_size > 1000
     assert not (out / "lab-tiny.json.partial.jsonl").exists()
-    table = lab.results.length_table(res, "marker")
-    assert [row["variant"] for row in table][:2] == ["none", "absolute"]
-    assert table[0][1]["n"] == 2
+    marker = R.records(res, "marker/shaw")[0]
+    assert set(R.result(marker, "L32")["parts"]) == {"sign", "distance"}
 
 
 def test_results_tables_and_figures(tiny_results):
     _, res = tiny_results
-    s = lab.results.summary([0.5, 1.0, 0.75])
-    assert s["mean"] == 0.75 and s["min"] == 0.5 and s["max"] == 1.0 and math.isclose(s["std"], 0.25)
-    md = lab.results.length_table_markdown(res, "retrieval")
-    assert md.splitlines()[0].startswith("| model | 1x (L = 16) | 2x (L = 32)")
-    details, mean, per_seed = lab.results.detail_accuracy(res, "marker/shaw")
-    assert len(per_seed) == 2 and len(mean) == len(details) and set(details) <= set(range(-16, 17)) - {0}
-    assert len(lab.figures.length_figure(res, "copy").data) == len(lab.presets.schemes_for(True))
-    assert len(lab.figures.clipping_slider(res, "shaw").static_figure().frames) == 4
-    assert len(lab.figures.clipping_slider(res, "t5").static_figure().frames) == 3
+    md = R.length_table_markdown(res, "retrieval")
+    assert md.splitlines()[0].startswith("| model | solved | L = 16 | L = 32")
+    details, mean, per_run = R.detail_accuracy(res, "marker/shaw")
+    assert len(per_run) == 2 and len(mean) == len(details) and set(details) <= set(range(-16, 17)) - {0}
+    assert len(lab.figures.length_figure(res, "copy").static_figure().frames) == 2  # the two budgets
+    assert len(lab.figures.clipping_figure(res).static_figure().frames) == 2
     assert len(lab.figures.band_figure(res).static_figure().frames) == 2
-    assert lab.figures.t5_last_bucket_start(128) == 91 and lab.figures.t5_last_bucket_start(16) == 15
+    assert len(lab.figures.position_figure(res).static_figure().frames) == 2
+    assert len(lab.figures.parts_figure(res, "marker").static_figure().frames) == 2
+    assert lab.figures.steps_figure(res, "marker").data
+    comparisons = [("Shaw − T5, marker", "marker/shaw", "marker/t5", "L32")]
+    assert lab.figures.paired_figure(res, comparisons) is not None
+    assert lab.figures.label("shaw-1layer") == f"{rp.schemes.lookup('shaw').display}, one layer"
     with pytest.raises(ValueError, match="run_id must be one of"):
-        lab.results.records(res, "marker/xpos")
+        R.records(res, "marker/xpos")
+
+
+def test_an_unfinished_run_is_read_from_its_partial_file_and_compared_on_whole_seeds(tiny_results, tmp_path):
+    _, res = tiny_results
+    tiny, lrs = get_preset("tiny"), res["provenance"]["lrs"]
+    rows = res["runs"]  # seed 0, every run at both learning rates
+    unfinished = [dict(r, seed=1) for r in rows[:3]]  # seed 1: its first three jobs only
+    head = dict(preset="tiny", seeds=[0, 1], lrs=lrs, command="python -m relpos_core.lab --preset tiny",
+                git_commit="0123456789abcdef", load_start=[0.5, 0.5, 0.5])
+    partial = tmp_path / "lab.json.partial.jsonl"
+    lines = [{"head": head}] + [{"row": r} for r in reversed(rows + unfinished)]  # finished in any order
+    partial.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    before = partial.read_text()
+
+    snap = R.from_partial(partial)
+    assert partial.read_text() == before  # read, never moved or changed
+    jobs = lab.train.jobs_of(tiny, [0, 1], lrs)
+    assert [(r["run_id"], r["seed"], r["lr"]) for r in snap["runs"]] == [
+        (s.run_id, seed, lr) for s, seed, lr in jobs[:len(rows) + 3]]  # the run's order
+    p = snap["provenance"]
+    assert snap["complete"] is False and p["git_commit"] == head["git_commit"] and p["wall_s"] is None
+    assert p["snapshot"]["rows"] == len(rows) + 3 and p["snapshot"]["of"] == len(jobs)
+    assert p["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    R.save_results(snap, tmp_path / "snap.json")
+    loaded = R.load_results(tmp_path / "snap.json")
+    assert R.complete_seeds(loaded) == [0]
+    kept = R.only_complete_seeds(loaded)
+    assert kept["provenance"]["seeds"] == [0] and kept["provenance"]["seeds_dropped"] == [1]
+    assert kept["runs"] == rows and loaded["provenance"]["seeds"] == [0, 1]  # a copy: the file is untouched
+    line = R.provenance_line(kept)
+    assert f"unfinished: {len(rows) + 3} of {len(jobs)} runs" in line and "seeds 1 left out" in line
+    assert "wall time not recorded" in line
+    assert R.only_complete_seeds(res) is res  # a finished run is kept whole
+
+    with pytest.raises(ValueError, match="at least one seed finished"):
+        R.only_complete_seeds({**loaded, "runs": unfinished})
+    with pytest.raises(ValueError, match="path must be an existing partial file"):
+        R.from_partial(tmp_path / "missing.partial.jsonl")
+    stranger = tmp_path / "other.partial.jsonl"
+    stranger.write_text(json.dumps({"head": head}) + "\n" + json.dumps({"row": dict(rows[0], run_id="marker/xpos")}))
+    with pytest.raises(ValueError, match="rows that preset 'tiny' does not define"):
+        R.from_partial(stranger)
+    headless = tmp_path / "headless.partial.jsonl"
+    headless.write_text(json.dumps({"row": rows[0]}) + "\n")
+    with pytest.raises(ValueError, match="no head line"):
+        R.from_partial(headless)
 
 
 def test_load_results_rejects_other_files(tmp_path):
     bad = tmp_path / "x.json"
-    bad.write_text(json.dumps({"format": "something"}))
-    with pytest.raises(ValueError, match="not a lab results file"):
-        lab.results.load_results(bad)
+    bad.write_text(json.dumps({"format": "relpos-lab/1"}))
+    with pytest.raises(ValueError, match="not a lab results file of this version"):
+        R.load_results(bad)
     with pytest.raises(ValueError, match="path must be an existing results file"):
-        lab.results.load_results(tmp_path / "missing.json")
+        R.load_results(tmp_path / "missing.json")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -300,8 +539,11 @@ def test_load_results_rejects_other_files(tmp_path):
     (["--seeds", "x"], "argument --seeds: must be an integer"),
     (["--seeds", "1", "1"], "argument --seeds: seeds must be distinct"),
     (["--seeds"] + [str(i) for i in range(17)], "argument --seeds: at most 16 seeds"),
+    (["--lrs", "2"], "argument --lrs: must be a number in (0, 1), got 2"),
+    (["--lrs", "0.1", "0.1"], "argument --lrs: learning rates must be distinct"),
     (["--threads", "0"], "argument --threads: must be an integer in"),
     (["--workers", "0"], "argument --workers: must be an integer in"),
+    (["--resume"], "argument --resume: name the interrupted run's results file with --out"),
 ])
 def test_cli_rejects_bad_arguments_before_training(argv, message, capsys, monkeypatch):
     monkeypatch.setattr(lab.train, "run_preset", lambda *a, **k: pytest.fail("training started"))
@@ -317,7 +559,8 @@ def test_cli_checks_the_output_before_training(tmp_path, capsys, monkeypatch):
     target.write_text("{}")
     for argv, message in ((["--out", str(target)], "exists: pass --force"),
                           (["--out", str(tmp_path)], "is a folder"),
-                          (["--out", str(tmp_path / "r.txt")], "must end in .json")):
+                          (["--out", str(tmp_path / "r.txt")], "must end in .json"),
+                          (["--out", str(tmp_path / "new.json"), "--resume"], "is there to continue")):
         with pytest.raises(SystemExit):
             lab_main(["--preset", "tiny"] + argv)
         assert message in capsys.readouterr().err
@@ -334,7 +577,7 @@ def test_cli_never_writes_into_the_package_by_default(tmp_path, monkeypatch):
     assert rp.outputs.PACKAGE in protected_folders()
 
 
-def test_ctrl_c_keeps_the_finished_runs(tmp_path, monkeypatch):
+def test_ctrl_c_keeps_the_finished_runs_and_resume_finishes_them(tmp_path, monkeypatch):
     calls = []
     real = lab.train.train_run
 
@@ -344,22 +587,21 @@ def test_ctrl_c_keeps_the_finished_runs(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
+    tiny = get_preset("tiny")
+    small = replace(tiny, runs=tiny.runs[:2])
+    monkeypatch.setitem(lab.presets.PRESETS, "tiny", small)
     monkeypatch.setattr(lab.train, "train_run", train_then_interrupt)
     out = tmp_path / "lab.json"
+    argv = ["--preset", "tiny", "--out", str(out), "--no-progress", "--workers", "1", "--no-plots"]
     with pytest.raises(SystemExit) as exc:
-        lab_main(["--preset", "tiny", "--seeds", "0", "--out", str(out), "--no-progress", "--workers", "1",
-                  "--no-plots"])
+        lab_main(argv)
     assert exc.value.code == 130
-    res = lab.results.load_results(out)
+    res = R.load_results(out)
     assert res["complete"] is False and len(res["runs"]) == 2
-    assert [r["run_id"] for r in res["runs"]] == [s.run_id for s in get_preset("tiny").runs[:2]]
-
-
-def test_compare_is_seed_by_seed(tiny_results):
-    _, res = tiny_results
-    same = lab.results.compare(res, "marker/rope", "marker/rope")
-    assert same["diffs"] == [0.0, 0.0] and not same["a_wins_every_seed"] and not same["b_wins_every_seed"]
-    c = lab.results.compare(res, "copy/rope", "copy/none", 2)
-    rope, none = (lab.results.accuracies(res, f"copy/{s}", 2) for s in ("rope", "none"))
-    want = [a - b for a, b in zip(rope, none)]
-    assert c["diffs"] == want
+    jobs = lab.train.jobs_of(small)
+    assert [(r["run_id"], r["lr"]) for r in res["runs"]] == [(s.run_id, lr) for s, _, lr in jobs[:2]]
+    monkeypatch.setattr(lab.train, "train_run", real)
+    resumed = lab_main(argv + ["--resume"])  # trains only the two runs it lacks
+    assert resumed["complete"] is True and len(resumed["runs"]) == 4
+    assert [(r["run_id"], r["lr"]) for r in resumed["runs"]] == [(s.run_id, lr) for s, _, lr in jobs]
+    assert json.dumps(_strip_times(resumed["runs"][0])) == json.dumps(_strip_times(res["runs"][0]))

@@ -7,44 +7,80 @@ with provenance and PNG plots beside it. Every argument and the output path are 
 before any training starts (``relpos_core.outputs``: nothing inside the package or
 ``data/`` unless named, nothing replaced without ``--force``); every finished run is kept
 in ``<out>.partial.jsonl`` at once, and Ctrl-C writes the finished runs, marked
-``"complete": false``.
+``"complete": false`` (so does ``kill <pid>``: the worker processes stop too). ``--resume`` continues an interrupted run from its partial file
+(same preset, seeds and learning rates), training only the runs it lacks.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
+import signal
 import sys
 import time
 
 from ..cli import integer_in
 from ..outputs import Output, read_partial
+from ..provenance import load_average
 from .presets import PRESETS, get_preset
 
 MAX_SEEDS = 16
 MAX_SEED = 2**31 - 1
 
 
+def _learning_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text}")
+    return value
 
 
+def _terminate_as_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _unfinished(output: Output) -> tuple[dict, list[dict]]:
+    """(head, finished runs) of an interrupted run: its partial file, or its results file marked
+    ``"complete": false`` (what Ctrl-C writes)."""
+    if output.partial.is_file():
+        head, rows = read_partial(output.partial)
+        return head or {}, rows
+    if output.path.is_file():
+        old = json.loads(output.path.read_text())
+        if old.get("complete") is not False:
+            raise ValueError(f"--resume: {output.path} is a finished run (complete: {old.get('complete')}): "
+                             f"nothing to continue")
+        p = old["provenance"]
+        head = dict(preset=p["preset"], seeds=p["seeds"], lrs=p["lrs"], git_commit=p["git_commit"],
+                    load_start=p.get("load_average_start"))
+        return head, old["runs"]
+    raise ValueError(f"--resume: neither {output.partial} nor {output.path} is there to continue")
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m relpos_core.lab",
-        description="Train tiny transformers that differ only in their position scheme; evaluate at 1x-8x "
-                    "the training length; write JSON results with provenance and PNG plots.",
+        description="Train tiny transformers that differ only in their position scheme until they solve each task "
+                    "(or a cap); evaluate up to 512 tokens; write JSON results with provenance and PNG plots.",
     )
     ap.add_argument("--preset", choices=sorted(PRESETS), default="book",
-                    help="tiny: pipeline check (seconds); book: the chapter's runs; full: the long runs "
-                         "(default: book)")
+                    help="tiny: pipeline check (seconds); book: the chapter's experiments on a reduced grid "
+                         "(about 5 minutes on 2 cores); full: what the chapter reads (about an hour) (default: book)")
     ap.add_argument("--seeds", type=integer_in(0, MAX_SEED), nargs="+", default=None, metavar="SEED",
                     help=f"seeds to run, integers in [0, {MAX_SEED}], at most {MAX_SEEDS} (default: the preset's)")
+    ap.add_argument("--lrs", type=_learning_rate, nargs="+", default=None, metavar="LR",
+                    help="learning rates, numbers in (0, 1) (default: the preset's)")
     ap.add_argument("--out", default=None, metavar="FILE.json",
                     help="results file; PNG plots are written beside it (default: ./relpos-results/"
                          "lab-<preset>-<time>.json). A file inside the package or data/ is written only when "
                          "named here")
     ap.add_argument("--force", action="store_true", help="replace an existing results file and its plots")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue the interrupted run whose partial file (<out>.partial.jsonl) is there")
     ap.add_argument("--threads", type=integer_in(1, os.cpu_count() or 1, "this machine's CPU count"), default=1,
                     help="torch threads per run (default 1: fastest for these tiny models on 2 cores)")
     ap.add_argument("--workers", type=integer_in(1, os.cpu_count() or 1, "this machine's CPU count"),
@@ -64,46 +100,85 @@ def main(argv=None) -> dict:
             ap.error(f"argument --seeds: at most {MAX_SEEDS} seeds, got {len(args.seeds)}")
         if len(set(args.seeds)) != len(args.seeds):
             ap.error(f"argument --seeds: seeds must be distinct, got {args.seeds}")
-    output = Output.from_argument(args.out, tool=f"lab-{args.preset}", force=args.force)
-    try:
-        output.check()
-        if not args.no_plots and not args.force and any(output.path.parent.glob(f"{output.path.stem}-*.png")):
-            raise ValueError(f"plots named {output.path.stem}-*.png exist beside it: pass --force to replace them")
-    except ValueError as err:
-        ap.error(f"argument --out: {err}")
+    if args.lrs is not None and len(set(args.lrs)) != len(args.lrs):
+        ap.error(f"argument --lrs: learning rates must be distinct, got {args.lrs}")
+    if args.resume and args.out is None:
+        ap.error("argument --resume: name the interrupted run's results file with --out")
+    tool = f"lab-{args.preset}"
+    done: list[dict] = []
+    head: dict = {}
+    if args.resume:  # the partial file must be there: read it, then check the output allowing it
+        output = Output.from_argument(args.out, tool=tool, force=True)
+        try:
+            head, done = _unfinished(output)
+            if head.get("preset") != args.preset:
+                raise ValueError(f"--resume: {output.partial} is a run of preset "
+                                 f"{head.get('preset')!r}, not {args.preset!r}")
+            output.check()
+        except ValueError as err:
+            ap.error(f"argument --out: {err}")
+    else:
+        output = Output.for_command_line(ap, args.out, tool=tool, force=args.force)
+    if not args.no_plots and not (args.force or args.resume) and any(
+            output.path.parent.glob(f"{output.path.stem}-*.png")):
+        ap.error(f"argument --out: plots named {output.path.stem}-*.png exist beside {output.path}: "
+                 f"pass --force to replace them")
     preset = get_preset(args.preset)
     seeds = tuple(args.seeds) if args.seeds is not None else preset.seeds
+    lrs = tuple(args.lrs) if args.lrs is not None else preset.lrs
+    if args.resume and (list(seeds) != head.get("seeds") or list(lrs) != head.get("lrs")):
+        ap.error(f"argument --resume: the partial run used seeds {head.get('seeds')} and learning rates "
+                 f"{head.get('lrs')}; pass the same")
 
     from . import figures, results
-    from .train import run_preset
+    from .train import jobs_of, run_preset
 
     command = "python -m relpos_core.lab " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    commit = results.git_commit()  # the code that runs is the code at the start
-    output.begin(dict(preset=preset.name, seeds=list(seeds), command=command, git_commit=commit))
+    commit = head["git_commit"] if args.resume else results.git_commit()  # the code at the start
+    load_start = head.get("load_start") if args.resume else load_average()
+    output.begin(dict(preset=preset.name, seeds=list(seeds), lrs=list(lrs), command=command, git_commit=commit,
+                      load_start=load_start))
+    for row in done:
+        output.add(row)
+    order = {(s.run_id, seed, lr): i for i, (s, seed, lr) in enumerate(jobs_of(preset, seeds, lrs))}
+    skip = [(r["run_id"], r["seed"], r["lr"]) for r in done]
+    earlier_wall = sum(r.get("train_s", 0) + r.get("eval_s", 0) for r in done) / max(1, args.workers)
     start = time.perf_counter()
+
+    def finish(runs: list[dict], complete: bool) -> dict:
+        runs = sorted(runs, key=lambda r: order[(r["run_id"], r["seed"], r["lr"])])
+        run = dict(runs=runs, wall_s=round(time.perf_counter() - start + earlier_wall, 2),
+                   cpu_s=round(sum(r["cpu_s"] for r in runs), 2), threads=args.threads, workers=args.workers,
+                   load_start=load_start)
+        res = results.build_results(preset, seeds, lrs, run, command=command, commit=commit)
+        res["complete"] = complete
+        output.finish(res, text=results.results_text(res))
+        return res
+
+    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)  # kill <pid>: the same as Ctrl-C
     try:
-        run = run_preset(preset, seeds, progress=not args.no_progress, threads_per_run=args.threads,
-                         workers=args.workers, on_record=output.add)
+        run = run_preset(preset, seeds, lrs, progress=not args.no_progress, threads_per_run=args.threads,
+                         workers=args.workers, on_record=output.add, skip=skip)
     except KeyboardInterrupt:
         finished = read_partial(output.partial)[1]
-        partial = dict(runs=finished, wall_s=round(time.perf_counter() - start, 2),
-                       cpu_s=round(sum(r["cpu_s"] for r in finished), 2), threads=args.threads, workers=args.workers)
-        res = results.build_results(preset, seeds, partial, command=command, commit=commit)
-        res["complete"] = False
-        output.finish(res, text=results.results_text(res))
-        print(f"\ninterrupted: wrote the {len(finished)} finished run(s) of {len(preset.runs) * len(seeds)} to "
-              f"{output.path} (marked complete: false)", file=sys.stderr)
+        finish(finished, complete=False)
+        print(f"\ninterrupted: wrote the {len(finished)} finished run(s) of {len(order)} to {output.path} "
+              f"(marked complete: false); continue with --resume", file=sys.stderr)
         raise SystemExit(130) from None
-    res = results.build_results(preset, seeds, run, command=command, commit=commit)
-    res["complete"] = True
-    output.finish(res, text=results.results_text(res))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    res = finish(done + run["runs"], complete=True)
     plots = [] if args.no_plots else figures.save_plots(res, output.path.parent, output.path.stem)
-    for task, setup in res["preset"]["tasks"].items():
-        variants = [r["variant"] for r in res["preset"]["runs"] if r["task"] == task]
-        print(f"\n{task} (trained at L = {setup['train_length']}): accuracy, mean (min-max over seeds)")
-        print(results.length_table_markdown(res, task, variants))
-    print(f"\n{len(res['runs'])} runs in {run['wall_s']:.0f} s wall, {run['cpu_s']:.0f} s CPU "
-          f"({args.workers} process(es) of {args.threads} thread(s))")
+    budget = max(res["preset"]["budgets"])
+    for task in res["preset"]["tasks"]:
+        if not any(r["task"] == task for r in res["preset"]["runs"]):
+            continue
+        print(f"\n{task} (trained at L = {res['preset']['tasks'][task]['train_length']}, largest budget): accuracy, "
+              f"mean (min-max over the solved runs beyond the training length)")
+        print(results.length_table_markdown(res, task, budget=budget))
+    p = res["provenance"]
+    print(f"\n{len(res['runs'])} runs in {p['wall_s']:.0f} s wall, {p['cpu_s']:.0f} s CPU "
+          f"({args.workers} process(es) of {args.threads} thread(s)), load average {load_start} at the start")
     print(f"wrote {output.path}" + "".join(f"\nwrote {p}" for p in plots))
     return res
 

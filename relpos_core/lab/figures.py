@@ -2,7 +2,8 @@
 matplotlib PNGs for ``python -m relpos_core.lab``.
 
 Book: chapter 10, "Experiments" (chapters/10_experiments.ipynb). plotly and matplotlib
-are imported inside the functions, never when the module is imported.
+are imported inside the functions, never when the module is imported. Labels and line
+styles come from the scheme declarations; one colour per scheme across every figure.
 """
 from __future__ import annotations
 
@@ -12,25 +13,38 @@ from pathlib import Path
 from relpos_core import schemes
 
 from . import results as R
-from .presets import SHAW_KS, T5_MAX_DISTANCES
 
-__all__ = [
-    "LABELS",
-    "length_figure",
-    "curves_figure",
-    "clipping_slider",
-    "band_figure",
-    "position_figure",
-    "t5_last_bucket_start",
-    "shared_rows",
-    "save_plots",
-]
+__all__ = ["LABELS", "label", "short_label", "color", "length_figure", "steps_figure", "curves_figure", "paired_figure",
+           "parts_figure", "clipping_figure", "band_figure", "position_figure", "shared_rows", "budget_name",
+           "save_plots"]
 
 LABELS = {name: schemes.lookup(name).display for name in schemes.names()}  # from the declarations
+_SUFFIXES = {"1layer": "one layer", "k16": "k = 16", "sinusoidal": "sinusoidal start"}
+FLOOR_STYLE = dict(color="#555555", dash="dot", width=1.5)
+
+
+def label(variant: str) -> str:
+    """Display name of a lab variant: the declaration's, with the experiment's change after it."""
+    base, *rest = variant.split("-")
+    name = LABELS.get(base, base)
+    return name if not rest else f"{name}, " + ", ".join(_SUFFIXES.get(x, x) for x in rest)
+
+
+def short_label(variant: str) -> str:
+    """A compact label for crowded axes: the declaration's ``short``, with the change after it."""
+    base, *rest = variant.split("-")
+    name = schemes.lookup(base).short if base in LABELS else base
+    return name if not rest else f"{name}, " + ", ".join(_SUFFIXES.get(x, x) for x in rest)
+
+
+def color(variant: str) -> str:
+    """The declaration's colour of a lab variant's scheme (one colour per scheme in the book)."""
+    name = variant.split("-")[0]
+    return schemes.lookup(name).color if name in LABELS else "#000000"
 
 
 def _dash(variant: str) -> str:
-    """Dotted for no position, dashed for positions added to the tokens, solid for the relative schemes."""
+    """Dotted for no position, dashed for positions added to the tokens, solid for the rest."""
     name = variant.split("-")[0]
     if name not in LABELS:
         return "solid"
@@ -38,65 +52,224 @@ def _dash(variant: str) -> str:
     return {"nothing": "dot", "input": "dash"}.get(injects, "solid")
 
 
-def _rp_figures():
-    import relpos_core.figures as figures  # plotly is loaded by the first figure call
-
-    return figures
+def budget_name(results: dict, budget: int) -> str:
+    return "the cap" if budget == 1 else f"{budget}x the cap"
 
 
-def length_figure(results: dict, task: str, variants=None, *, title: str | None = None):
-    """Accuracy against evaluation length (1x .. 8x the training length), one line per
-    model: mean over seeds, error bars from the lowest to the highest seed."""
-    rows = R.length_table(results, task, variants)
-    mults = [k for k in rows[0] if isinstance(k, int)]
-    train_length = results["preset"]["tasks"][task]["train_length"]
-    xs = [m * train_length for m in mults]
-    series, styles = {}, {}
-    for row in rows:
-        name = LABELS.get(row["variant"], row["variant"])
-        series[name] = [row[m]["mean"] for m in mults]
-        styles[name] = dict(
-            error_y=dict(type="data", symmetric=False, array=[row[m]["max"] - row[m]["mean"] for m in mults],
-                         arrayminus=[row[m]["mean"] - row[m]["min"] for m in mults], thickness=1, width=3),
-            line=dict(dash=_dash(row["variant"])),
-        )
-    fig = _rp_figures().line(xs, series, x_label=f"evaluation length L (trained at L = {train_length})",
-                             y_label="accuracy", title=title, log_x=True, styles=styles, height=500)
-    fig.update_yaxes(range=[0, 1.05])
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
-                      margin=dict(b=150))
+def _go():
+    from relpos_core.figures._plotly import plotly_modules
+
+    return plotly_modules()[0]
+
+
+def _steady_slider(make_figure, values, *, name, initial, below_axis: bool = False):
+    """``rp.figures.slider`` whose frames keep the figure's full height (and, with
+    ``below_axis``, a slider below a bottom x axis and its title)."""
+    from relpos_core.figures.slider import SliderFigure
+
+    class Steady(SliderFigure):
+        def static_figure(self):
+            fig = super().static_figure()
+            if below_axis:
+                fig.layout.sliders[0].pad = dict(t=75)
+                fig.update_layout(margin=dict(b=150), height=fig.layout.height + 40)
+            for frame in fig.frames:
+                frame.layout.height = fig.layout.height
+            return fig
+
+    return Steady(make_figure, values, name=name, initial=initial)
+
+
+def _bottom_legend(fig, rows: int = 3):
+    """The legend in rows above the plot (the budget slider sits below the axis), with room
+    for ``rows`` rows; plotly grows the margin where a narrow screen wraps it into more."""
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+                      margin=dict(l=60, r=20, t=30 + 22 * rows, b=110))
     return fig
 
 
-def curves_figure(results: dict, task: str, variants=None, *, seed: int | None = None):
-    """Training loss against step for every model of ``task`` (one seed, the first by default)."""
-    rows = R.length_table(results, task, variants)
-    series, steps = {}, None
-    for row in rows:
-        recs = R.records(results, f"{task}/{row['variant']}")
-        rec = recs[0] if seed is None else next(r for r in recs if r["seed"] == seed)
-        steps = [c[0] for c in rec["curve"]]
-        series[LABELS.get(row["variant"], row["variant"])] = [c[1] for c in rec["curve"]]
-    fig = _rp_figures().line(steps, series, x_label="training step", y_label="training loss (nats)",
-                             log_y=True, mode="lines", height=420)
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
-                      margin=dict(b=150))
+def _budgets_slider(results, make, initial=None):
+    names = [budget_name(results, b) for b in R.budgets(results)]
+    by_name = dict(zip(names, R.budgets(results)))
+    return _steady_slider(lambda n: make(by_name[n]), names, name="budget", initial=initial or names[0])
+
+
+def length_figure(results: dict, task: str, variants=None, *, lr: float | None = None, height: int = 520):
+    """Accuracy against evaluation length, one line per model, a slider over the budget.
+
+    Each point is the mean over the runs that solved the task within that budget (all
+    runs at the training length), error bars from the lowest to the highest such run; the
+    hover says how many runs that is. The grey dotted line is the task's position-free
+    floor."""
+    setup = results["preset"]["tasks"][task]
+    probes = [p for p in setup["probes"] if not p["options"]]
+    xs = [p["length"] for p in probes]
+    variants = variants or [r["variant"] for r in results["preset"]["runs"] if r["task"] == task]
+    go = _go()
+
+    def make(budget):
+        fig = go.Figure()
+        floor = [R.summary(R.values(results, f"{task}/{variants[0]}", p["name"], budget=budget,
+                                    what="floor").values())["mean"] for p in probes]
+        fig.add_trace(go.Scatter(x=xs, y=floor, mode="lines", name="position-free floor", line=FLOOR_STYLE,
+                                 hovertemplate="floor %{y:.2f}<extra></extra>"))
+        for v in variants:
+            run_id = f"{task}/{v}"
+            means, lo, hi, text = [], [], [], []
+            for i, p in enumerate(probes):
+                vals = list(R.values(results, run_id, p["name"], budget=budget, lr=lr, solved_only=i > 0).values())
+                k = len(vals)
+                n = len(R.records(results, run_id, lr))
+                s = R.summary(vals) if vals else None
+                means.append(s["mean"] if s else None)
+                lo.append(s["mean"] - s["min"] if s else 0)
+                hi.append(s["max"] - s["mean"] if s else 0)
+                text.append(f"{k} of {n} runs")
+            fig.add_trace(go.Scatter(
+                x=xs, y=means, mode="lines+markers", name=label(v), text=text,
+                line=dict(color=color(v), dash=_dash(v), width=1.8), marker=dict(size=6),
+                error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo, thickness=1, width=3),
+                hovertemplate=f"{label(v)}<br>L = %{{x}}: %{{y:.2f}} (%{{text}})<extra></extra>"))
+        fig.update_layout(height=height, xaxis=dict(title=f"evaluation length L (trained at {setup['train_length']})",
+                                                    type="log", tickvals=xs, ticktext=[str(x) for x in xs]),
+                          yaxis=dict(title="accuracy", range=[0, 1.05]))
+        return _bottom_legend(fig, rows=math.ceil((len(variants) + 1) / 4))
+
+    return _budgets_slider(results, make)
+
+
+def steps_figure(results: dict, task: str, variants=None, *, height: int = 460):
+    """Steps to solve, one point per run (circles: the smaller learning rate, diamonds: the
+    larger), and a cross at the top for every run not solved within the largest budget."""
+    go = _go()
+    setup = results["preset"]["tasks"][task]
+    variants = variants or [r["variant"] for r in results["preset"]["runs"] if r["task"] == task]
+    top = setup["cap"] * max(R.budgets(results))
+    fig = go.Figure()
+    symbols = ("circle", "diamond", "square", "triangle-up")
+    for j, lr in enumerate(R.lrs(results)):
+        xs, ys, names = [], [], []
+        xs_u, names_u = [], []
+        for v in variants:
+            for (run_lr, seed), step in R.steps_to_solve(results, f"{task}/{v}", lr).items():
+                if step is None:
+                    xs_u.append(label(v))
+                    names_u.append(f"seed {seed}")
+                else:
+                    xs.append(label(v))
+                    ys.append(step)
+                    names.append(f"seed {seed}")
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=f"solved, learning rate {lr:g}", text=names,
+                                 marker=dict(symbol=symbols[j % 4], size=8, opacity=0.75,
+                                             color="#1f77b4" if j == 0 else "#ff7f0e"),
+                                 hovertemplate="%{x}, %{text}: %{y} steps<extra></extra>"))
+        fig.add_trace(go.Scatter(x=xs_u, y=[top * 1.25] * len(xs_u), mode="markers",
+                                 name=f"not solved in {top} steps, learning rate {lr:g}", text=names_u,
+                                 marker=dict(symbol="x", size=8, color="#1f77b4" if j == 0 else "#ff7f0e"),
+                                 hovertemplate="%{x}, %{text}: not solved<extra></extra>"))
+    cap = setup["cap"]
+    fig.add_hline(y=cap, line=dict(color="#999999", dash="dash", width=1))
+    fig.add_hline(y=top, line=dict(color="#999999", dash="dash", width=1))
+    ticks = [v for v in (10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if v <= top * 1.3]
+    fig.update_layout(height=height, xaxis=dict(title=None, tickangle=-45, categoryorder="array",
+                                                categoryarray=[label(v) for v in variants]),
+                      yaxis=dict(title="steps to solve (log)", type="log", tickvals=ticks,
+                                 ticktext=[str(t) for t in ticks]))
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+                      margin=dict(l=60, r=20, t=90, b=120))
     return fig
 
 
-def t5_last_bucket_start(max_distance: int, num_buckets: int = 32) -> int:
-    """First distance of the last bidirectional T5 bucket: ceil(m (D / m)^((n - 1 - m) / (n - m)))
-    with n = num_buckets // 2 buckets per direction and m = n // 2 exact ones."""
-    n = num_buckets // 2
-    m = n // 2
-    return math.ceil(m * (max_distance / m) ** ((n - 1 - m) / (n - m)))
+def curves_figure(results: dict, task: str, variants=None, *, seed: int = 0, lr: float | None = None):
+    """Training loss against step for every model of ``task`` (one seed, one learning rate)."""
+    variants = variants or [r["variant"] for r in results["preset"]["runs"] if r["task"] == task]
+    lr = R.lrs(results)[0] if lr is None else lr
+    go = _go()
+    fig = go.Figure()
+    for v in variants:
+        rec = next(r for r in R.records(results, f"{task}/{v}", lr) if r["seed"] == seed)
+        fig.add_trace(go.Scatter(x=[c[0] for c in rec["curve"]], y=[c[1] for c in rec["curve"]], mode="lines",
+                                 name=label(v), line=dict(color=color(v), dash=_dash(v), width=1.6)))
+    fig.update_layout(height=460, xaxis=dict(title="training step"),
+                      yaxis=dict(title="training loss (nats, log)", type="log"))
+    return _bottom_legend(fig, rows=math.ceil(len(variants) / 4))
+
+
+def paired_figure(results: dict, comparisons, *, height: int | None = None):
+    """Paired differences with their intervals: one row per comparison (label, run_a, run_b,
+    probe), one point per (learning rate, budget) at the mean of A - B over seeds, bars for
+    its 95% t interval. A row whose four bars all stay on one side of 0 holds everywhere."""
+    go = _go()
+    fig = go.Figure()
+    styles = {}
+    the_lrs, the_budgets = R.lrs(results), R.budgets(results)
+    for i, lr in enumerate(the_lrs):
+        for j, b in enumerate(the_budgets):
+            styles[(lr, b)] = dict(color=("#1f77b4", "#ff7f0e")[i % 2], symbol=("circle", "diamond")[j % 2])
+    labels = [c[0] for c in comparisons]
+    for (lr, b), style in styles.items():
+        xs, lo, hi, ys, text = [], [], [], [], []
+        for k, (name, a, bb, probe) in enumerate(comparisons):
+            d = R.paired(results, a, bb, probe, budget=b, lr=lr)
+            if d["n"] < 2:
+                continue
+            offset = (the_lrs.index(lr) * len(the_budgets) + the_budgets.index(b) - 1.5) * 0.15
+            ys.append(k + offset)
+            xs.append(d["mean"])
+            lo.append(d["mean"] - d["low"])
+            hi.append(d["high"] - d["mean"])
+            text.append(f"{name}: {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}], {d['n']} seeds")
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="markers", name=f"lr {lr:g}, {budget_name(results, b)}", text=text,
+            marker=dict(color=style["color"], symbol=style["symbol"], size=8),
+            error_x=dict(type="data", symmetric=False, array=hi, arrayminus=lo, thickness=1.2, width=3),
+            hovertemplate="%{text}<extra></extra>"))
+    fig.add_vline(x=0, line=dict(color="#444444", width=1))
+    fig.update_layout(height=height or 140 + 48 * len(comparisons),
+                      xaxis=dict(title="A − B, accuracy (95% interval)", range=[-1.05, 1.05]),
+                      yaxis=dict(tickvals=list(range(len(labels))), ticktext=labels, autorange="reversed",
+                                 automargin=True),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+                      margin=dict(l=20, r=20, t=80, b=60))
+    return fig
+
+
+def parts_figure(results: dict, task: str, variants=None, *, probe: str | None = None):
+    """Bidirectional marker task: the share of labels with the right sign (which side) and the
+    right distance, per model, mean over every run; a slider over the budget."""
+    go = _go()
+    setup = results["preset"]["tasks"][task]
+    probe = probe or setup["probes"][0]["name"]
+    variants = variants or [r["variant"] for r in results["preset"]["runs"]
+                            if r["task"] == task and r["variant"] == r["scheme"]]
+
+    def make(budget):
+        fig = go.Figure()
+        for part, col in (("sign", "#4d4d4d"), ("distance", "#b3b3b3")):  # not scheme colours
+            ys, err_lo, err_hi = [], [], []
+            for v in variants:
+                s = R.summary(R.values(results, f"{task}/{v}", probe, budget=budget, what=part).values())
+                ys.append(s["mean"])
+                err_lo.append(s["mean"] - s["min"])
+                err_hi.append(s["max"] - s["mean"])
+            fig.add_trace(go.Bar(x=[short_label(v) for v in variants], y=ys, name=f"right {part}", marker_color=col,
+                                 error_y=dict(type="data", symmetric=False, array=err_hi, arrayminus=err_lo,
+                                              thickness=1, width=2)))
+        fig.add_hline(y=0.5, line=dict(color="#555555", dash="dot", width=1))
+        fig.update_layout(barmode="group", height=460, yaxis=dict(title="share of labels", range=[0, 1.05]),
+                          xaxis=dict(tickangle=-45),
+                          legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+                          margin=dict(l=60, r=20, t=60, b=120))
+        return fig
+
+    return _budgets_slider(results, make)
 
 
 def shared_rows(family: str, value: int, max_offset: int) -> tuple[list[int], list[int]]:
     """For offsets r in [-D, D] without 0: how many offsets of that range share r's Shaw row
     (clip k = ``value``) or T5 bucket (max_distance = ``value``, 32 buckets, bidirectional).
-    Returns (offsets, counts). A model that sees position only through that row cannot beat
-    1 / count on offset r (guessing among the offsets it cannot tell apart)."""
+    Returns (offsets, counts). One layer that sees position only through that row cannot
+    beat 1 / count on offset r (guessing among the offsets it cannot tell apart)."""
     import torch
 
     from relpos_core.schemes import t5
@@ -113,76 +286,65 @@ def shared_rows(family: str, value: int, max_offset: int) -> tuple[list[int], li
     return r.tolist(), counts.tolist()
 
 
-def _vertical(go, x, y_top, name, color, dash, showlegend):
-    return go.Scatter(x=[x, x], y=[0, y_top], mode="lines", name=name, line=dict(color=color, dash=dash, width=1.5),
-                      hoverinfo="name", showlegend=showlegend, legendgroup=name)
+def _family_value(results: dict, family: str) -> int:
+    run = next(r for r in results["preset"]["runs"] if r["task"] == "marker" and r["variant"] == family)
+    opts = schemes.lookup(family).options(run["position"])
+    return opts.max_relative_position if family == "shaw" else opts.max_distance
 
 
-def clipping_slider(results: dict, family: str):
-    """Accuracy against the offset r to the marker at the training length, one frame per
-    clip k (``family="shaw"``) or T5 max_distance (``family="t5"``). With it: the best a
-    model can do from the position term alone (1 / offsets sharing r's row or bucket) and
-    vertical lines at the first offsets that share a row or bucket with another."""
-    if family not in ("shaw", "t5"):
-        raise ValueError(f"family must be 'shaw' or 't5', got {family!r}")
-    from relpos_core.figures._plotly import plotly_modules
-
-    go, _ = plotly_modules()
-    values = SHAW_KS if family == "shaw" else T5_MAX_DISTANCES
-    default = 8 if family == "shaw" else 128
-    base = "marker/shaw" if family == "shaw" else "marker/t5"
-    suffix = "-k{}" if family == "shaw" else "-md{}"
+def clipping_figure(results: dict, *, budget: int = 1):
+    """Accuracy against the offset r to the marker at the training length, one layer against
+    two, with the best one layer can do from its position term alone (1 / offsets sharing
+    r's row or bucket); a slider between Shaw's clipped table and T5's buckets."""
+    go = _go()
     max_offset = results["preset"]["tasks"]["marker"]["options"]["max_offset"]
 
-    def make(value):
-        run_id = base if value == default else base + suffix.format(value)
-        details, mean, per_seed = R.detail_accuracy(results, run_id)
-        lo = [min(col) for col in zip(*per_seed)]
-        hi = [max(col) for col in zip(*per_seed)]
+    def make(family):
+        value = _family_value(results, family)
         offsets, counts = shared_rows(family, value, max_offset)
-        merged = [abs(r) for r, c in zip(offsets, counts) if c > 1]
-        limit = value if family == "shaw" else (min(merged) if merged else max_offset)
         fig = go.Figure()
-        fig.add_trace(go.Scatter(x=details, y=mean, mode="lines+markers", name="accuracy (mean of seeds)",
-                                 error_y=dict(type="data", symmetric=False, array=[h - m for h, m in zip(hi, mean)],
-                                              arrayminus=[m - l for m, l in zip(mean, lo)], thickness=1, width=2),
-                                 line=dict(color="#1f77b4")))
-        fig.add_trace(go.Scatter(x=offsets, y=[1 / c for c in counts], mode="lines", name="position term alone",
-                                 line=dict(color="#7f7f7f", dash="dot", shape="hvh")))
-        label = f"clip at |r| = {value}" if family == "shaw" else f"first shared bucket at |r| = {limit}"
-        fig.add_trace(_vertical(go, -limit, 1.05, label, "#d62728", "dash", False))
-        fig.add_trace(_vertical(go, limit, 1.05, label, "#d62728", "dash", False))
-        title = (f"Shaw key+value, k = {value}" if family == "shaw" else f"T5, max_distance = {value}")
-        fig.update_layout(
-            title=title, height=420, margin=dict(l=70, r=20, t=60, b=60), showlegend=False,
-            xaxis=dict(title="offset r = marker position − token position", range=[-max_offset - 1, max_offset + 1],
-                       dtick=4),
-            yaxis=dict(title="accuracy", range=[0, 1.05]),
-        )
+        fig.add_trace(go.Scatter(x=offsets, y=[1 / c for c in counts], mode="lines", name="one layer's bound",
+                                 line=dict(color="#555555", dash="dot", shape="hvh", width=1.5)))
+        for variant, name, col in ((f"{family}-1layer", "one layer", "#d62728"), (family, "two layers", "#1f77b4")):
+            details, mean, per_run = R.detail_accuracy(results, f"marker/{variant}", budget=budget)
+            lo = [m - min(c) for m, c in zip(mean, zip(*per_run))]
+            hi = [max(c) - m for m, c in zip(mean, zip(*per_run))]
+            fig.add_trace(go.Scatter(x=details, y=mean, mode="lines+markers", name=name, line=dict(color=col),
+                                     error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo,
+                                                  thickness=1, width=2)))
+        what = f"clip k = {value}" if family == "shaw" else f"32 buckets, max_distance = {value}"
+        fig.update_layout(title=dict(text=f"{LABELS[family]}, {what}", y=0.98), height=480,
+                          xaxis=dict(title="offset r = marker position − token position",
+                                     range=[-max_offset - 1, max_offset + 1], dtick=4),
+                          yaxis=dict(title="accuracy (every run)", range=[0, 1.05]),
+                          legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+                          margin=dict(l=60, r=20, t=100, b=110))
         return fig
 
-    return _steady_slider(make, list(values), name="k" if family == "shaw" else "max_distance", initial=default,
-                          below_axis=True)
+    return _steady_slider(make, ["shaw", "t5"], name="scheme", initial="shaw")
 
 
-def band_figure(results: dict, offsets=(-16, 15), seed_index: int = 0):
+def band_figure(results: dict, offsets=(-16, 15), seed: int = 0, lr: float | None = None):
     """Cosine similarity between the rows of Shaw's layer-0 key table for offsets
     ``offsets[0] .. offsets[1]``, random start and sinusoidal start side by side, with a
-    slider from before to after training (one seed, the first by default)."""
+    slider from before to after training (one run)."""
     runs = (("marker/shaw-k16", "random start"), ("marker/shaw-k16-sinusoidal", "sinusoidal start"))
     ticks = list(range(offsets[0], offsets[1] + 1))
+    lr = R.lrs(results)[0] if lr is None else lr
 
     def make(stage):
+        import relpos_core.figures as rpf
+
         panels = []
         for run_id, _ in runs:
-            rec = R.records(results, run_id)[seed_index]
+            rec = next(r for r in R.records(results, run_id, lr) if r["seed"] == seed)
             k = rec["tables"]["initial"]["k"]
             rows = slice(offsets[0] + k, offsets[1] + k + 1)  # row r + k holds offset r
             key = "initial" if stage == "before training" else "trained"
             panels.append(R.cosine_similarity(rec["tables"][key]["rel_key"])[rows, rows])
-        fig = _rp_figures().heatmap(panels, titles=[label for _, label in runs], x_ticks=ticks, y_ticks=ticks,
-                                    x_label="offset r'", y_label="offset r", zmin=-1, zmax=1, colorscale="RdBu_r",
-                                    annotate_max=0, height=430, title=f"Shaw key table, layer 0, {stage}")
+        fig = rpf.heatmap(panels, titles=[name for _, name in runs], x_ticks=ticks, y_ticks=ticks,
+                          x_label="offset r'", y_label="offset r", zmin=-1, zmax=1, colorscale="RdBu_r",
+                          annotate_max=0, height=430, title=f"Shaw key table, layer 0, {stage}")
         fig.update_xaxes(dtick=8)
         fig.update_yaxes(dtick=4)
         fig.update_yaxes(showticklabels=False, row=1, col=2)  # the left panel's labels serve both
@@ -192,47 +354,32 @@ def band_figure(results: dict, offsets=(-16, 15), seed_index: int = 0):
     return _steady_slider(make, ["before training", "after training"], name="table", initial="after training")
 
 
-def position_figure(results: dict, variants=("learned", "rope", "deberta", "deberta_emd")):
-    """Accuracy against absolute position for the position task (mean over seeds)."""
-    series, details, styles = {}, None, {}
-    for v in variants:
-        details, mean, _ = R.detail_accuracy(results, f"position/{v}")
-        series[LABELS.get(v, v)] = mean
-        styles[LABELS.get(v, v)] = dict(line=dict(dash=_dash(v)))
-    fig = _rp_figures().line(details, series, x_label="absolute position i", y_label="accuracy", height=420,
-                             styles=styles)
-    fig.update_yaxes(range=[0, 1.05])
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
-                      margin=dict(b=140))
-    return fig
+def position_figure(results: dict, variants=None):
+    """Accuracy against absolute position for the position task (mean over every run), a
+    slider over the budget."""
+    go = _go()
+    variants = variants or [r["variant"] for r in results["preset"]["runs"] if r["task"] == "position"]
 
+    def make(budget):
+        fig = go.Figure()
+        details = None
+        for v in variants:
+            details, mean, _ = R.detail_accuracy(results, f"position/{v}", budget=budget)
+            fig.add_trace(go.Scatter(x=details, y=mean, mode="lines+markers", name=label(v), marker=dict(size=4),
+                                     line=dict(color=color(v), dash=_dash(v))))
+        fig.update_layout(height=440, xaxis=dict(title="absolute position i"),
+                          yaxis=dict(title="accuracy (every run)", range=[0, 1.05]))
+        return _bottom_legend(fig, rows=1)
 
-def _steady_slider(make_figure, values, *, name, initial, below_axis: bool = False):
-    """``rp.figures.slider`` with two changes to its static (HTML) form: every frame keeps
-    the figure's full height (the frames would otherwise carry each figure's own height,
-    without the room added for the slider, and the plot would shrink when the slider
-    moves), and with ``below_axis`` the slider sits below a bottom x axis and its title."""
-    from relpos_core.figures.slider import SliderFigure
-
-    class Steady(SliderFigure):
-        def static_figure(self):
-            fig = super().static_figure()
-            if below_axis:
-                fig.layout.sliders[0].pad = dict(t=75)
-                fig.update_layout(margin=dict(b=150), height=fig.layout.height + 40)
-            for frame in fig.frames:
-                frame.layout.height = fig.layout.height
-            return fig
-
-    return Steady(make_figure, values, name=name, initial=initial)
+    return _budgets_slider(results, make)
 
 
 # ----------------------------------------------------------------------------- PNGs for the CLI
 
 
 def save_plots(results: dict, out_dir, stem: str) -> list[str]:
-    """Write one PNG per task (accuracy against length) and the marker and position
-    detail plots into ``out_dir``; returns the paths (empty without matplotlib)."""
+    """One PNG per task with a length ladder (accuracy against length, largest budget, solved
+    runs), and the steps to solve of every task; returns the paths (empty without matplotlib)."""
     try:
         import matplotlib
 
@@ -244,59 +391,37 @@ def save_plots(results: dict, out_dir, stem: str) -> list[str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     p = results["provenance"]
-    note = f"preset {p['preset']}, seeds {p['seeds']}, torch {p['torch']}, {p['date']}"
-    tasks = [t for t in results["preset"]["tasks"] if len(results["preset"]["tasks"][t]["multipliers"]) > 1]
-    for task in tasks:
-        rows = R.length_table(results, task, _main_variants(results, task))
-        mults = [k for k in rows[0] if isinstance(k, int)]
-        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    budget = max(R.budgets(results))
+    note = f"preset {p['preset']}, {len(p['seeds'])} seed(s) x {len(p['lrs'])} lr, {p['cpu_capability']}, {p['date']}"
+    for task, setup in results["preset"]["tasks"].items():
+        variants = [r["variant"] for r in results["preset"]["runs"] if r["task"] == task]
+        if not variants:
+            continue
+        rows = R.length_table(results, task, variants, budget=budget)
+        probes = [k for k in rows[0] if k not in ("variant", "solved")]
+        lengths = [int(k[1:]) for k in probes]
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.8))
         for row in rows:
-            mean = [row[m]["mean"] for m in mults]
-            err = [[row[m]["mean"] - row[m]["min"] for m in mults], [row[m]["max"] - row[m]["mean"] for m in mults]]
-            ax.errorbar(mults, mean, yerr=err, marker="o", capsize=3, label=LABELS.get(row["variant"], row["variant"]),
-                        linestyle="-" if _dash(row["variant"]) == "solid" else "--")
+            ys = [row[k]["mean"] if row[k] else float("nan") for k in probes]
+            ax.plot(lengths, ys, marker="o", label=f"{label(row['variant'])} ({row['solved'][0]}/{row['solved'][1]})",
+                    linestyle="-" if _dash(row["variant"]) == "solid" else "--", color=color(row["variant"]))
         ax.set_xscale("log", base=2)
-        ax.set_xticks(mults, [f"{m}x" for m in mults])
+        ax.set_xticks(lengths, [str(x) for x in lengths])
         ax.set_ylim(0, 1.05)
-        ax.set_xlabel(f"evaluation length (x the training length {results['preset']['tasks'][task]['train_length']})")
+        ax.set_xlabel("evaluation length (solved runs)")
         ax.set_ylabel("accuracy")
-        ax.set_title(f"{task}: {note}", fontsize=8)
-        ax.legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=6, ncol=2)
+        for i, v in enumerate(variants):
+            steps = [s for s in R.steps_to_solve(results, f"{task}/{v}").values()]
+            bx.scatter([i] * len(steps), [s if s is not None else setup["cap"] * budget * 1.2 for s in steps],
+                       marker="o", color=color(v), s=14)
+        bx.set_xticks(range(len(variants)), [label(v) for v in variants], rotation=60, fontsize=6, ha="right")
+        bx.set_yscale("log")
+        bx.set_ylabel("steps to solve (top row: not solved)")
+        fig.suptitle(f"{task}: {note}", fontsize=8)
         fig.tight_layout()
         path = out_dir / f"{stem}-{task}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(str(path))
-    detail_plots = [("marker", [r["run_id"] for r in results["preset"]["runs"] if r["task"] == "marker"]),
-                    ("position", [r["run_id"] for r in results["preset"]["runs"] if r["task"] == "position"])]
-    for task, ids in detail_plots:
-        if not ids:
-            continue
-        cols = 4
-        rows = -(-len(ids) // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(12, 2.3 * rows + 0.8), sharex=True, sharey=True,
-                                 squeeze=False)
-        for ax, run_id in zip(axes.flat, ids):
-            details, mean, per_seed = R.detail_accuracy(results, run_id)
-            for seed in per_seed:
-                ax.plot(details, seed, color="0.75", linewidth=0.8)
-            ax.plot(details, mean, marker=".", color="C0", linewidth=1.2)
-            ax.set_title(run_id.split("/", 1)[1], fontsize=8)
-            ax.set_ylim(0, 1.05)
-            ax.grid(alpha=0.3)
-        for ax in axes.flat[len(ids):]:
-            ax.set_visible(False)
-        fig.supxlabel("offset r = marker - token" if task == "marker" else "absolute position", fontsize=9)
-        fig.supylabel("accuracy at the training length (grey: each seed)", fontsize=9)
-        fig.suptitle(f"{task} by detail: {note}", fontsize=8)
-        fig.tight_layout()
-        path = out_dir / f"{stem}-{task}-detail.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
         paths.append(str(path))
     return paths
-
-
-def _main_variants(results: dict, task: str) -> list[str]:
-    """Variants of ``task`` that are one model per scheme (no sweeps)."""
-    return [r["variant"] for r in results["preset"]["runs"] if r["task"] == task and r["variant"] == r["scheme"]]

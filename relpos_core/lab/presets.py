@@ -1,20 +1,25 @@
-"""Presets: what the lab trains, how long, and on which tasks.
+"""Presets: what the lab trains, on which tasks, how long, and with how many seeds and learning rates.
 
 Book: chapter 10, "Experiments" (chapters/10_experiments.ipynb).
 
-* ``tiny``: every run of the book preset, a few steps each: a pipeline check for pytest
-  and nbval (well under 30 s on 2 CPU cores). Its accuracies mean nothing.
-* ``book``: the chapter's preset: every model of every experiment, trained long enough
-  that the good schemes are near perfect at the training length (about 4 minutes for one
-  seed on 2 CPU cores with the default two worker processes).
-* ``full``: the same runs with four times the steps and larger evaluation sets, for a
-  longer CPU run or a GPU.
+* ``tiny``: a few runs of every task, a few steps each: a pipeline check for pytest and
+  nbval (seconds). Its accuracies mean nothing.
+* ``book``: the chapter's experiments on a smaller pool of schemes, one seed, one learning
+  rate and a quarter of the cap: about five minutes on two CPU cores. A reader runs it to
+  see the pipeline end to end; most of its models do not solve their tasks in that budget.
+* ``full``: the runs the chapters read (committed as ``relpos_core/data/lab-full.json``,
+  read through ``relpos_core.resources``): the schemes the chapters' claims are about on
+  every task, the long-input schemes on retrieval with a gap, five seeds and two learning
+  rates, each run trained to its solve criterion or to four times the cap, evaluated up to
+  512 tokens. Hours on two CPU cores: the committed file's provenance has its wall and CPU
+  time.
 
 A preset is a list of :class:`RunSpec` (one model on one task) plus the task settings
-and the training hyperparameters they share. Runs are identified by ``task/variant``;
-an experiment reads the runs it needs by that id, so a run shared by two experiments
-(Shaw with k = 8 on the marker task is in the length table and on the clipping slider)
-is trained once.
+(:class:`TaskSetup`: generator options, training length, cap, evaluation ``probes``) and
+the training settings they share. Runs are identified by ``task/variant``; an experiment
+reads the runs it needs by that id, so a run shared by two experiments is trained once.
+The schemes come from the declarations (``relpos_core.schemes.names()``): a new scheme
+file is in the lab's grids without any change here.
 """
 from __future__ import annotations
 
@@ -22,40 +27,78 @@ from dataclasses import asdict, dataclass, field, replace
 
 from relpos_core import schemes
 
-__all__ = ["TaskSetup", "RunSpec", "Preset", "PRESETS", "get_preset", "MAIN_SCHEMES", "MULTIPLIERS",
-           "schemes_for"]
+__all__ = ["Probe", "TaskSetup", "RunSpec", "Preset", "PRESETS", "get_preset", "MAIN_SCHEMES", "schemes_for",
+           "ladder", "LONGEST"]
 
-MULTIPLIERS = (1, 2, 4, 8)
-# every declared scheme and variant; DeBERTa's EMD variant belongs to the position experiment
-MAIN_SCHEMES = tuple(n for n in schemes.names() if n not in ("deberta_emd",))
+LONGEST = 512  # every length test reaches at least this many tokens
+# every declared scheme and variant; DeBERTa's EMD variant (an output decoder for masked
+# language modelling) belongs to the position experiment
+MAIN_SCHEMES = tuple(n for n in schemes.names() if n != "deberta_emd")
 
 
-def schemes_for(causal: bool) -> tuple[str, ...]:
-    """The main schemes a task can train: decoder-only schemes only on causal tasks."""
-    return tuple(n for n in MAIN_SCHEMES if causal or not schemes.lookup(n).scheme.causal_only)
+def schemes_for(causal: bool, pool=MAIN_SCHEMES) -> tuple[str, ...]:
+    """The schemes of ``pool`` a task can train: decoder-only schemes only on causal tasks, and
+    no "none" on a bidirectional one (without positions a bidirectional model gives every
+    filler token the same answer: its score is the task's floor, computed, not trained)."""
+    out = []
+    for n in pool:
+        scheme = schemes.lookup(n).scheme
+        if scheme.causal_only and not causal:
+            continue
+        if scheme.injects == "nothing" and not causal:
+            continue
+        out.append(n)
+    return tuple(out)
+
+
+def ladder(train_length: int, longest: int = LONGEST) -> tuple[int, ...]:
+    """Evaluation lengths: the training length, doubled until ``longest`` is reached."""
+    out = [train_length]
+    while out[-1] < longest:
+        out.append(out[-1] * 2)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One evaluation condition: rows of ``length`` tokens, task options changed by ``options``."""
+
+    name: str
+    length: int
+    options: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class TaskSetup:
-    """One task's generator options, training length and budget."""
+    """One task: generator and options, training length, batch, cap (steps of the first budget), probes."""
 
     task: str
     options: dict
     train_length: int
-    steps: int
+    cap: int
     batch_size: int
-    eval_rows: int  # rows per evaluation length
-    multipliers: tuple = MULTIPLIERS
+    eval_rows: int  # rows per probe
+    probes: tuple  # Probe; the first is the training condition
+
+    @property
+    def max_length(self) -> int:
+        return max(p.length for p in self.probes)
+
+    def lengths(self) -> tuple[int, ...]:
+        """Lengths of the probes that change only the length (the length ladder)."""
+        return tuple(p.length for p in self.probes if not p.options)
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One model (``scheme`` + its ``position`` options) trained on one task; ``variant`` names it."""
+    """One model (``scheme`` + its ``position`` options, ``model`` shape overrides) trained on one
+    task; ``variant`` names it."""
 
     task: str
     variant: str
     scheme: str
     position: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)  # e.g. {"num_layers": 1}
     keep_tables: bool = False  # store Shaw's layer-0 key table (initial and trained) in the results
 
     @property
@@ -68,9 +111,12 @@ class Preset:
     name: str
     description: str
     model: dict  # d_model, num_layers, num_heads, d_mlp: the family's shared shape
-    lr: float
+    lrs: tuple  # learning rates; every run is trained with each
+    budgets: tuple  # multiples of each task's cap; the largest ends training
+    solve_threshold: float  # training accuracy that counts as solved ...
+    solve_window: int  # ... pooled over this many last steps
     warmup_steps: int
-    log_points: int  # points on each training curve
+    log_points: int  # curve points per cap
     seeds: tuple
     tasks: dict  # task name -> TaskSetup
     runs: tuple  # RunSpec, in training order
@@ -88,72 +134,122 @@ class Preset:
         raise ValueError(f"run_id must be one of {[r.run_id for r in self.runs]}, got {run_id!r}")
 
 
-SHAW_KS = (2, 4, 8, 16)  # the clipping slider; 8 is the main grid's k
-T5_MAX_DISTANCES = (16, 32, 128)  # the bucket slider; 128 (T5's default) is the main grid's
-EMD_SCHEMES = ("learned", "rope", "deberta", "deberta_emd")
+_MODEL = dict(d_model=64, num_layers=2, num_heads=4, d_mlp=128)
 
 
-_CAUSAL = {"retrieval": True, "copy": True, "marker": False, "position": False}  # as the tasks are defined
+def _setup(task, options, train_length, cap, batch_size, eval_rows, extra=()) -> TaskSetup:
+    probes = tuple(Probe(f"L{L}", L) for L in ladder(train_length)) + tuple(extra)
+    return TaskSetup(task, options, train_length, cap, batch_size, eval_rows, probes)
 
 
-def _runs() -> tuple:
-    runs = []
-    for task in ("retrieval", "copy", "marker"):
-        runs += [RunSpec(task, s, s) for s in schemes_for(_CAUSAL[task])]
-    runs += [RunSpec("marker", f"shaw-k{k}", "shaw", {"max_relative_position": k}, keep_tables=(k == 16))
-             for k in SHAW_KS if k != 8]
-    runs += [RunSpec("marker", f"t5-md{md}", "t5", {"max_distance": md}) for md in T5_MAX_DISTANCES if md != 128]
-    runs.append(RunSpec("marker", "shaw-k16-sinusoidal", "shaw", {"max_relative_position": 16, "init": "sinusoidal"},
-                        keep_tables=True))
-    runs += [RunSpec("position", s, s) for s in EMD_SCHEMES]
-    return tuple(runs)
-
-
-def _experiments() -> dict:
-    clip = ["marker/shaw" if k == 8 else f"marker/shaw-k{k}" for k in SHAW_KS]
-    buckets = ["marker/t5" if md == 128 else f"marker/t5-md{md}" for md in T5_MAX_DISTANCES]
+def _tasks(scale: float = 1.0) -> dict:
+    cap = max(1, int(200 * scale))
+    retrieval = dict(num_pairs=3, num_keys=8, num_values=8, num_filler=4, min_pairs=1)
     return {
-        "length": [f"{t}/{s}" for t in ("retrieval", "copy", "marker") for s in schemes_for(_CAUSAL[t])],
-        "clipping": clip + buckets,
-        "shaw_value": [f"{t}/{s}" for t in ("retrieval", "copy", "marker") for s in ("shaw", "shaw_key")],
-        "band": ["marker/shaw-k16", "marker/shaw-k16-sinusoidal"],
-        "emd": [f"position/{s}" for s in EMD_SCHEMES],
+        # causal; the value right after its key: order is enough
+        "retrieval": _setup("retrieval", retrieval, 16, cap, 32, 32),
+        # causal; the value two tokens after its key, a decoy value between: needs an offset
+        "retrieval_gap": _setup("retrieval", dict(retrieval, gap=2), 16, cap, 32, 32),
+        # causal; the block at a random place; "longer n" at the training row length, then in a longer row
+        "copy": _setup("copy", dict(num_symbols=64, min_copy=2, max_copy=8), 32, cap, 32, 32,
+                       extra=(Probe("n9-15", 32, dict(min_copy=9, max_copy=15)),
+                              Probe("n16-31", 64, dict(min_copy=16, max_copy=31)))),
+        # the marker task, causal (distance to the marker behind) and bidirectional (sign and distance)
+        "marker_causal": _setup("marker", dict(max_offset=16, num_filler=1, causal=True), 32, cap, 32, 32),
+        "marker": _setup("marker", dict(max_offset=16, num_filler=1, causal=False), 32, cap, 32, 32),
+        # bidirectional; every token names its absolute position (no longer probes: the classes are positions)
+        "position": TaskSetup("position", dict(num_positions=64, num_filler=16), 64, cap, 16, 32,
+                              (Probe("L64", 64),)),
     }
 
 
-_MODEL = dict(d_model=64, num_layers=2, num_heads=4, d_mlp=128)
-
-_BOOK_TASKS = {
-    "retrieval": TaskSetup("retrieval", dict(num_pairs=3, num_keys=8, num_values=8, num_filler=4),
-                           train_length=16, steps=300, batch_size=64, eval_rows=128),
-    "copy": TaskSetup("copy", dict(num_symbols=64, min_fraction=0.25),
-                      train_length=16, steps=300, batch_size=64, eval_rows=64),
-    "marker": TaskSetup("marker", dict(max_offset=16, num_filler=1),
-                        train_length=32, steps=200, batch_size=32, eval_rows=48),
-    "position": TaskSetup("position", dict(num_positions=32, num_filler=16),
-                          train_length=32, steps=200, batch_size=32, eval_rows=32, multipliers=(1,)),
+# The full preset trains the schemes the chapters' claims are about, one family each, and on the
+# task that ranks length generalisation (retrieval_gap: causal, an exact offset, evaluated to 512
+# tokens) also the schemes designed for longer inputs (FIRE, Kerple, xPos). Any declared scheme
+# trains in the lab (tests/test_lab.py runs them all); these lists only keep the full preset near
+# an hour on two cores. Within a seed the runs go in this order, so a run stopped early has whole
+# experiments.
+CORE = {
+    "marker": ("shaw", "shaw_key", "t5", "deberta", "alibi", "rope"),
+    "marker_causal": ("none", "t5", "alibi", "rope"),
+    "retrieval": ("none", "deberta"),
+    "copy": ("none", "t5", "rope", "randomized"),
+    "retrieval_gap": ("none", "absolute", "learned", "shaw", "shaw_key", "t5", "alibi", "rope", "randomized",
+                      "fire", "kerple_log", "xpos"),
 }
+_CAUSAL = {"marker": False, "marker_causal": True, "retrieval": True, "copy": True, "retrieval_gap": True}
+
+
+def _runs(pool=MAIN_SCHEMES) -> tuple:
+    runs = []
+    for task in ("marker", "marker_causal"):
+        runs += [RunSpec(task, s, s) for s in schemes_for(_CAUSAL[task], pool) if s in CORE[task]]
+    # one layer against two: the bound of a clipped or bucketed position term
+    for s in ("shaw", "t5"):
+        if s in schemes_for(False, pool):
+            runs.append(RunSpec("marker", f"{s}-1layer", s, model=dict(num_layers=1)))
+    # absolute position: DeBERTa with and without the Enhanced Mask Decoder
+    if "deberta" in pool:
+        runs += [RunSpec("position", s, s) for s in ("deberta", "deberta_emd")]
+    for task in ("retrieval", "copy", "retrieval_gap"):
+        runs += [RunSpec(task, s, s) for s in schemes_for(_CAUSAL[task], pool) if s in CORE[task]]
+    return tuple(runs)
+
+
+def _band_runs() -> tuple:
+    """Learned relative tables from a random and from a smooth (sinusoidal) start (not in the full preset)."""
+    return (RunSpec("marker", "shaw-k16", "shaw", {"max_relative_position": 16}, keep_tables=True),
+            RunSpec("marker", "shaw-k16-sinusoidal", "shaw", {"max_relative_position": 16, "init": "sinusoidal"},
+                    keep_tables=True))
+
+
+def _experiments(runs) -> dict:
+    ids = [r.run_id for r in runs]
+    main = [i for i in ids if i.split("/")[1] in schemes.names()]
+    return {
+        "length": [i for i in main if i.split("/")[0] in _CAUSAL],
+        "clipping": [i for i in ids if i.split("/")[1] in ("shaw", "t5", "shaw-1layer", "t5-1layer")
+                     and i.startswith("marker/")],
+        "shaw_value": [i for i in main if i.split("/")[1] in ("shaw", "shaw_key")],
+        "band": [i for i in ids if i.startswith("marker/shaw-k16")],
+        "emd": [i for i in ids if i.startswith("position/")],
+    }
+
+
+_FULL_RUNS = _runs()
+# the book preset: a smaller pool on the tasks that rank schemes, plus the experiments' extra runs
+_BOOK_POOL = ("none", "learned", "shaw", "t5", "alibi", "rope", "randomized", "deberta")
+_BOOK_RUNS = tuple(r for r in _runs(tuple(s for s in _BOOK_POOL if s in schemes.names()))
+                   if r.task in ("retrieval_gap", "copy", "marker_causal", "marker", "position"))
 
 PRESETS = {
-    "book": Preset(
-        name="book",
-        description="the chapter's preset: every model of every experiment, about 4 minutes per seed on 2 CPU cores",
-        model=dict(_MODEL), lr=3e-3, warmup_steps=30, log_points=20, seeds=(0,),
-        tasks=_BOOK_TASKS, runs=_runs(), experiments=_experiments(),
+    "full": Preset(
+        name="full",
+        description="the schemes of the chapters' claims on every task, 5 seeds x 2 learning rates, trained to "
+                    "99% training accuracy or 4x the cap, evaluated to 512 tokens (about an hour on 2 CPU cores)",
+        model=dict(_MODEL), lrs=(1e-3, 3e-3), budgets=(1, 4), solve_threshold=0.99, solve_window=50,
+        warmup_steps=30, log_points=10, seeds=(0, 1, 2, 3, 4), tasks=_tasks(), runs=_FULL_RUNS,
+        experiments=_experiments(_FULL_RUNS),
     ),
 }
-PRESETS["tiny"] = replace(
-    PRESETS["book"], name="tiny",
-    description="pipeline check: the book preset's runs with a few steps and small evaluation sets (seconds)",
-    warmup_steps=2, log_points=4,
-    tasks={k: replace(t, steps=4, batch_size=8, eval_rows=4) for k, t in _BOOK_TASKS.items()},
+PRESETS["book"] = replace(
+    PRESETS["full"], name="book",
+    description="the chapter's experiments on a smaller pool of schemes, one seed and one learning rate, a "
+                "quarter of the cap (about 5 minutes on 2 CPU cores)",
+    lrs=(3e-3,), seeds=(0,), tasks=_tasks(0.25), runs=_BOOK_RUNS, experiments=_experiments(_BOOK_RUNS),
 )
-PRESETS["full"] = replace(
-    PRESETS["book"], name="full",
-    description="the book preset's runs with 4x the steps and 4x the evaluation rows, three seeds "
-                "(a long CPU run or a GPU)",
-    seeds=(0, 1, 2),
-    tasks={k: replace(t, steps=4 * t.steps, eval_rows=4 * t.eval_rows) for k, t in _BOOK_TASKS.items()},
+_TINY_TASKS = {k: replace(t, cap=3, batch_size=4, eval_rows=2,
+                           probes=t.probes[:2] + tuple(p for p in t.probes if p.options))
+               for k, t in _tasks().items()}
+_TINY_IDS = ("retrieval/none", "retrieval_gap/rope", "copy/randomized", "marker_causal/alibi", "marker/shaw",
+             "marker/shaw-1layer", "marker/t5", "marker/t5-1layer", "marker/shaw-k16", "marker/shaw-k16-sinusoidal",
+             "position/deberta_emd")
+_TINY_RUNS = tuple(r for r in _FULL_RUNS + _band_runs() if r.run_id in _TINY_IDS)
+PRESETS["tiny"] = replace(
+    PRESETS["full"], name="tiny",
+    description="pipeline check: one or two runs of every task, 3 steps per budget, tiny evaluation sets (seconds)",
+    lrs=(3e-3, 1e-3), seeds=(0,), solve_window=2, warmup_steps=2, log_points=3, tasks=_TINY_TASKS,
+    runs=_TINY_RUNS, experiments=_experiments(_TINY_RUNS),
 )
 
 

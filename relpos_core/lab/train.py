@@ -1,19 +1,31 @@
-"""Train one lab model on one task, evaluate it at 1x, 2x, 4x and 8x its training length.
+"""Train one lab model until it solves its task (or a cap), evaluate it at every probe.
 
 Book: chapter 10, "Experiments" (chapters/10_experiments.ipynb).
 
+Training stops when the task is *solved*: the training accuracy, pooled over the last
+``solve.window`` steps, reaches ``solve.threshold`` (``SolveRule``). Otherwise it runs to
+the largest budget, ``cap x max(budgets)`` steps (the cap and four times it by default).
+The learning rate warms up linearly and then stays constant, so a run with a smaller
+budget is the first part of the same run: one training gives every budget. At the end of
+each budget an unsolved run is evaluated as it is then; a solved run stopped earlier and
+is the same model for every later budget. The record keeps, per budget: the steps
+trained, whether it was solved, and the evaluation at every probe of the task.
+
 Everything random is seeded: the model's initial parameters by (seed, run id), the
-training batches by (seed, task), the evaluation rows by (seed, task, length). So every
-model of a task sees the same batches and is scored on the same rows, and the same seed
-gives the same numbers again (same torch version, same thread count; see
-``run_preset``). Seeds are derived with crc32, not Python's salted ``hash``.
+training batches by (seed, task), the evaluation rows by (seed, task, probe). So every
+model of a task sees the same batches and is scored on the same rows, whatever its
+learning rate (the comparisons between schemes are paired), and the same seed gives the
+same numbers again on the same machine (same CPU instruction set, torch build and
+thread count; another CPU may differ in the last bits, which a long training run can
+amplify: chapter 10). Seeds are derived with crc32, not Python's salted ``hash``.
 
 Optimiser: Adam (no weight decay, so rows of a learned table that never get a gradient
-keep their initial values), linear warm-up then cosine decay to zero, gradient norm
-clipped at 1. The loss is cross-entropy over the labelled positions only.
+keep their initial values), gradient norm clipped at 1. The loss is cross-entropy over
+the labelled positions only.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import time
@@ -23,14 +35,14 @@ import torch
 import torch.nn.functional as F
 
 from relpos_core._validate import check_int, check_positive_int
-
 from relpos_core.models import Transformer, TransformerConfig
 
 from .models import build_model, lab_config, untrained_position_rows
-from .presets import Preset, RunSpec, TaskSetup
+from .presets import Preset, Probe, RunSpec, TaskSetup
 from .tasks import IGNORE, Task, make_task
 
-__all__ = ["derive_seed", "train_run", "evaluate", "run_preset", "threads"]
+__all__ = ["derive_seed", "train_run", "evaluate", "evaluate_probes", "run_preset", "threads", "SolveTracker",
+           "jobs_of"]
 
 
 def derive_seed(seed: int, *parts) -> int:
@@ -51,16 +63,50 @@ def threads(n: int | None):
         torch.set_num_threads(previous)
 
 
+class SolveTracker:
+    """Training accuracy pooled over the last ``window`` steps; ``solved`` once it reaches ``threshold``.
+
+    ``add(correct, total)`` after each step returns whether the window (full) has reached
+    the threshold. A window shorter than ``window`` steps never counts as solved.
+    """
+
+    def __init__(self, threshold: float, window: int):
+        if not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
+            raise ValueError(f"threshold must be a number in (0, 1], got {threshold!r}")
+        self.threshold = float(threshold)
+        self.window = check_positive_int("window", window)
+        self.steps: collections.deque = collections.deque(maxlen=self.window)
+        self.correct = 0
+        self.total = 0
+
+    def add(self, correct: int, total: int) -> bool:
+        if len(self.steps) == self.window:
+            c, t = self.steps[0]
+            self.correct -= c
+            self.total -= t
+        self.steps.append((int(correct), int(total)))
+        self.correct += int(correct)
+        self.total += int(total)
+        return self.solved
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
+    @property
+    def solved(self) -> bool:
+        return len(self.steps) == self.window and self.accuracy >= self.threshold
+
+
 def _model_config(preset: Preset, setup: TaskSetup, task: Task, spec: RunSpec) -> TransformerConfig:
+    shape = dict(preset.model, **spec.model)
     return lab_config(spec.scheme, vocab_size=task.vocab_size, num_classes=task.num_classes,
-                      max_positions=setup.train_length * max(setup.multipliers), causal=task.causal,
-                      position=spec.position, **preset.model)
+                      max_positions=setup.max_length, causal=task.causal, position=spec.position, **shape)
 
 
-def _lr_factor(step: int, warmup: int, total: int) -> float:
-    if step < warmup:
-        return (step + 1) / warmup
-    return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+def _lr_factor(step: int, warmup: int) -> float:
+    """Linear warm-up over ``warmup`` steps, then constant (so budgets are prefixes of one run)."""
+    return min(1.0, (step + 1) / max(1, warmup))
 
 
 def _loss_and_correct(model: Transformer, tokens, targets):
@@ -69,49 +115,101 @@ def _loss_and_correct(model: Transformer, tokens, targets):
     picked = logits[labelled]  # (N, C)
     loss = F.cross_entropy(picked, targets[labelled])
     correct = picked.argmax(-1) == targets[labelled]  # (N,)
-    return loss, correct, labelled
+    return loss, correct
 
 
 @torch.inference_mode()
-def evaluate(model: Transformer, task: Task, length: int, rows: int, *, seed: int, chunk_tokens: int = 16384) -> dict:
-    """Accuracy over ``rows`` fresh rows of ``length``, and per ``detail`` value.
+def evaluate(model: Transformer, task: Task, length: int, rows: int, *, seed: int, chunk_tokens: int = 16384,
+             by_detail: bool = True) -> dict:
+    """Accuracy over ``rows`` fresh rows of ``length``, its parts, the position-free floor, per ``detail`` value.
 
-    Returns ``{"accuracy": float, "labels": int, "by_detail": {detail: [correct, total]}}``.
+    The rows are placed where the model's position module puts them
+    (``training_positions`` with the evaluation's generator: randomised positions are
+    drawn at test time as in Ruoss et al.'s code; every other scheme uses 0 .. L - 1).
+    Returns ``{"accuracy", "labels", "floor", "parts": {name: accuracy}, "by_detail":
+    {detail: [correct, total]}}`` (``by_detail`` only when asked).
     """
     rows = check_positive_int("rows", rows)
     length = task.check_length(length)
     seed = check_int("seed", seed, min_value=0, max_value=2**63 - 1)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)  # the rows: the same for every model
+    g_positions = torch.Generator().manual_seed(derive_seed(seed, "positions"))  # drawn positions, if any
     was_training = model.training
     model.eval()
     per_chunk = max(1, chunk_tokens // length)
-    correct_total, labels = 0, 0
-    by_detail: dict[int, list[int]] = {}
-    done = 0
+    correct_total, labels, floor_sum, done = 0, 0, 0.0, 0
+    parts: dict[str, int] = {}
+    details: dict[int, list[int]] = {}
     while done < rows:
         b = task.sample(min(per_chunk, rows - done), length, g)
         done += b.tokens.shape[0]
-        pred = model(b.tokens).argmax(-1)  # (B, L)
+        positions = model.position.training_positions(length, g_positions)  # None: 0 .. L - 1
+        pred = model(b.tokens, positions=positions).argmax(-1)  # (B, L)
         labelled = b.targets != IGNORE  # (B, L)
+        n = int(labelled.sum())
         hit = (pred == b.targets)[labelled]  # (N,)
         correct_total += int(hit.sum())
-        labels += int(labelled.sum())
-        det = b.detail[labelled]  # (N,)
-        for value, h in zip(det.tolist(), hit.tolist()):
-            entry = by_detail.setdefault(value, [0, 0])
-            entry[0] += int(h)
-            entry[1] += 1
+        labels += n
+        floor_sum += task.position_free_floor(b) * n
+        for name, right in task.parts(pred[labelled], b.targets[labelled]).items():
+            parts[name] = parts.get(name, 0) + int(right.sum())
+        if by_detail:
+            for value, h in zip(b.detail[labelled].tolist(), hit.tolist()):
+                entry = details.setdefault(value, [0, 0])
+                entry[0] += int(h)
+                entry[1] += 1
     model.train(was_training)
-    return {"accuracy": correct_total / max(1, labels), "labels": labels,
-            "by_detail": {k: by_detail[k] for k in sorted(by_detail)}}
+    out = {"accuracy": round(correct_total / max(1, labels), 6), "labels": labels,
+           "floor": round(floor_sum / max(1, labels), 6),
+           "parts": {k: round(v / max(1, labels), 6) for k, v in parts.items()}}
+    if by_detail:
+        out["by_detail"] = {k: details[k] for k in sorted(details)}
+    return out
 
 
-def train_run(preset: Preset, spec: RunSpec, seed: int, *, progress=None) -> tuple[dict, Transformer]:
-    """Train ``spec`` under ``preset`` with ``seed``; return (its result record, the trained model).
+def _probe_task(setup: TaskSetup, probe: Probe) -> Task:
+    return make_task(setup.task, **dict(setup.options, **probe.options))
 
-    ``progress(n_steps, loss)``, if given, is called after every step.
-    """
+
+def evaluate_probes(model: Transformer, setup: TaskSetup, task_name: str, seed: int) -> dict:
+    """Every probe of a task: ``{probe name: evaluate(...)}``, per-detail counts at the first probe only."""
+    out = {}
+    for i, probe in enumerate(setup.probes):
+        task = _probe_task(setup, probe)
+        out[probe.name] = evaluate(model, task, probe.length, setup.eval_rows, by_detail=(i == 0),
+                                   seed=derive_seed(seed, "eval", task_name, probe.name))
+    return out
+
+
+@torch.no_grad()
+def _input_table_check(model: Transformer, setup: TaskSetup, task_name: str, seed: int) -> dict:
+    """For a scheme that adds its positions to the input: how large the trained rows are next
+    to the token embeddings, and the accuracy at the first probe with the table zeroed."""
+    tables = [t for t in list(model.position.parameters()) + list(model.position.buffers()) if t.dim() == 2]
+    if not tables:
+        return {}
+    table = tables[0]
+    train_rows = table[: setup.train_length]  # (L, D) the rows training reached
+    token_norm = model.embed.weight.norm(dim=1).mean().item()
+    saved = [t.detach().clone() for t in tables]
+    for t in tables:
+        t.zero_()
+    probe = setup.probes[0]
+    zeroed = evaluate(model, _probe_task(setup, probe), probe.length, setup.eval_rows, by_detail=False,
+                      seed=derive_seed(seed, "eval", task_name, probe.name))["accuracy"]
+    for t, s in zip(tables, saved):
+        t.copy_(s)
+    return {"row_norm": round(train_rows.norm(dim=1).mean().item(), 4), "token_norm": round(token_norm, 4),
+            "accuracy_zeroed": zeroed}
+
+
+def train_run(preset: Preset, spec: RunSpec, seed: int, lr: float, *, progress=None) -> tuple[dict, Transformer]:
+    """Train ``spec`` under ``preset`` with ``seed`` and learning rate ``lr`` until solved or the
+    largest budget; return (its result record, the trained model). ``progress(n_steps, loss)``,
+    if given, is called after every step."""
     seed = check_int("seed", seed, min_value=0, max_value=2**31 - 1)
+    if not isinstance(lr, (int, float)) or not 0 < lr < 1:
+        raise ValueError(f"lr must be a number in (0, 1), got {lr!r}")
     if spec.task not in preset.tasks:
         raise ValueError(f"spec.task must be one of the preset's tasks {sorted(preset.tasks)}, got {spec.task!r}")
     setup = preset.tasks[spec.task]
@@ -119,50 +217,77 @@ def train_run(preset: Preset, spec: RunSpec, seed: int, *, progress=None) -> tup
     config = _model_config(preset, setup, task, spec)
     model = build_model(config, seed=derive_seed(seed, "init", spec.run_id))
     initial_tables = _tables(model) if spec.keep_tables else None
-    optimizer = torch.optim.Adam(model.parameters(), lr=preset.lr, betas=(0.9, 0.98))
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
     g = torch.Generator().manual_seed(derive_seed(seed, "train", spec.task))
-    steps, every = setup.steps, max(1, setup.steps // preset.log_points)
-    curve, window_loss, window_correct, window_labels = [], 0.0, 0, 0
+    budgets = sorted(preset.budgets)
+    ends = {b: setup.cap * b for b in budgets}  # step at which each budget ends
+    last = ends[budgets[-1]]
+    tracker = SolveTracker(preset.solve_threshold, preset.solve_window)
+    every = max(1, setup.cap // preset.log_points)
+    curve, window_loss, window_correct, window_labels, in_window = [], 0.0, 0, 0, 0
+    results, solved_at = {}, None
     start, cpu_start = time.perf_counter(), time.process_time()
+    eval_s = 0.0
     model.train()
-    for step in range(steps):
+    step = 0
+    while step < last:
         for group in optimizer.param_groups:
-            group["lr"] = preset.lr * _lr_factor(step, preset.warmup_steps, steps)
+            group["lr"] = lr * _lr_factor(step, preset.warmup_steps)
         batch = task.sample(setup.batch_size, setup.train_length, g)
-        loss, correct, _ = _loss_and_correct(model, batch.tokens, batch.targets)
+        loss, correct = _loss_and_correct(model, batch.tokens, batch.targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        window_loss += loss.item()
-        window_correct += int(correct.sum())
+        step += 1
+        value, n_correct = loss.item(), int(correct.sum())
+        window_loss += value
+        window_correct += n_correct
         window_labels += correct.numel()
-        if (step + 1) % every == 0 or step + 1 == steps:
-            n = (step % every) + 1
-            curve.append([step + 1, round(window_loss / n, 5), round(window_correct / max(1, window_labels), 5)])
-            window_loss, window_correct, window_labels = 0.0, 0, 0
+        in_window += 1
+        solved = tracker.add(n_correct, correct.numel())
+        if step % every == 0 or solved or step == last:
+            curve.append([step, round(window_loss / in_window, 5), round(window_correct / max(1, window_labels), 5)])
+            window_loss, window_correct, window_labels, in_window = 0.0, 0, 0, 0
         if progress is not None:
-            progress(1, loss.item())
-    train_s = time.perf_counter() - start
-    evals = {}
-    for m in setup.multipliers:
-        L = setup.train_length * m
-        evals[str(m)] = evaluate(model, task, L, setup.eval_rows, seed=derive_seed(seed, "eval", spec.task, L))
-        if m != 1:  # per-detail counts are kept at the training length only (small files)
-            evals[str(m)].pop("by_detail")
+            progress(1, value)
+        if solved:
+            solved_at = step
+            break
+        for b in budgets[:-1]:  # an unsolved run is evaluated at the end of each smaller budget
+            if step == ends[b]:
+                t0 = time.perf_counter()
+                results[str(b)] = {"steps": step, "solved": False,
+                                   "eval": evaluate_probes(model, setup, spec.task, seed)}
+                eval_s += time.perf_counter() - t0
+    train_s = time.perf_counter() - start - eval_s
+    t0 = time.perf_counter()
+    final = evaluate_probes(model, setup, spec.task, seed)
+    first_final = None  # the final model's evaluation is stored once; later budgets point to it
+    for b in budgets:
+        if str(b) in results:
+            continue
+        results[str(b)] = {"steps": step, "solved": solved_at is not None}
+        if first_final is None:
+            results[str(b)]["eval"], first_final = final, str(b)
+        else:
+            results[str(b)]["eval_of"] = first_final
     record = {
         "run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "scheme": spec.scheme, "seed": seed,
-        "model": dict(vars(config)), "parameters": sum(p.numel() for p in model.parameters()),
-        "train_length": setup.train_length, "steps": steps, "batch_size": setup.batch_size,
-        "curve": curve, "eval": evals,
-        "train_s": round(train_s, 3), "eval_s": round(time.perf_counter() - start - train_s, 3),
-        "cpu_s": round(time.process_time() - cpu_start, 3),
+        "lr": lr, "model": dict(vars(config)), "parameters": sum(p.numel() for p in model.parameters()),
+        "train_length": setup.train_length, "cap": setup.cap, "steps": step, "solved_at": solved_at,
+        "curve": curve, "budgets": results,
     }
+    if model.config.entry.scheme.injects == "input":
+        record["input_table"] = _input_table_check(model, setup, spec.task, seed)
     rows = untrained_position_rows(model, setup.train_length)
     if rows:
         record["untrained_position_rows"] = [rows.start, rows.stop]
     if initial_tables is not None:
         record["tables"] = {"initial": initial_tables, "trained": _tables(model)}
+    eval_s += time.perf_counter() - t0
+    record.update(train_s=round(train_s, 3), eval_s=round(eval_s, 3),
+                  cpu_s=round(time.process_time() - cpu_start, 3))
     return record, model
 
 
@@ -170,54 +295,66 @@ def _tables(model: Transformer) -> dict:
     """Layer 0's Shaw key table (2k + 1, d), rounded, rows for offsets -k .. k."""
     table = model.position.rel_key[0].detach()  # (2k + 1, d)
     k = model.config.options.max_relative_position
-    return {"rel_key": [[round(v, 6) for v in row] for row in table.tolist()], "k": k}
+    return {"rel_key": [[round(v, 5) for v in row] for row in table.tolist()], "k": k}
 
 
-def run_preset(preset: Preset, seeds=None, *, progress: bool = True, threads_per_run: int | None = 1,
-               workers: int = 1, keep_models: bool = False, on_record=None) -> dict:
-    """Train every run of ``preset`` for every seed.
-
-    ``workers > 1`` trains that many runs at a time in separate processes (spawned, each
-    with ``threads_per_run`` torch threads). Every run is seeded on its own, so the
-    records are the same whichever process trains them, and they come back in the
-    preset's order. ``on_record(record)`` is called as each run finishes (in finishing
-    order), so a caller can keep it before the whole preset is done. Returns
-    ``{"runs": [...], "wall_s", "cpu_s", "threads", "workers"}``, ``cpu_s`` being the CPU
-    time of all runs summed (plus ``"models"`` keyed by (run_id, seed) when
-    ``keep_models``, which needs ``workers == 1``).
-    """
+def jobs_of(preset: Preset, seeds=None, lrs=None) -> list[tuple[RunSpec, int, float]]:
+    """Every (run, seed, learning rate) of ``preset``, in training order (checked): seed by seed,
+    and within a seed every learning rate, so that a run stopped early holds whole seeds."""
     seeds = tuple(preset.seeds if seeds is None else seeds)
+    lrs = tuple(preset.lrs if lrs is None else lrs)
     if not seeds:
         raise ValueError("seeds must hold at least one seed, got none")
     for seed in seeds:
         check_int("seed", seed, min_value=0, max_value=2**31 - 1)
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct, got {list(seeds)}")
+    if not lrs or len(set(lrs)) != len(lrs) or not all(isinstance(x, (int, float)) and 0 < x < 1 for x in lrs):
+        raise ValueError(f"lrs must be distinct numbers in (0, 1), got {list(lrs)}")
+    # seed by seed, both learning rates: a run stopped early has whole seeds, every learning rate
+    return [(spec, seed, lr) for seed in seeds for lr in lrs for spec in preset.runs]
+
+
+def run_preset(preset: Preset, seeds=None, lrs=None, *, progress: bool = True, threads_per_run: int | None = 1,
+               workers: int = 1, keep_models: bool = False, on_record=None, skip=()) -> dict:
+    """Train every run of ``preset`` for every seed and learning rate.
+
+    ``workers > 1`` trains that many runs at a time in separate processes (spawned, each
+    with ``threads_per_run`` torch threads). Every run is seeded on its own, so the
+    records are the same whichever process trains them, and they come back in the
+    preset's order. ``on_record(record)`` is called as each run finishes (in finishing
+    order), so a caller can keep it before the whole preset is done. ``skip``: (run_id,
+    seed, lr) triples already done (a resumed run). Returns ``{"runs": [...], "wall_s",
+    "cpu_s", "threads", "workers"}``, ``cpu_s`` being the CPU time of all runs summed (plus
+    ``"models"`` keyed by (run_id, seed, lr) when ``keep_models``, which needs ``workers == 1``).
+    """
+    jobs = [j for j in jobs_of(preset, seeds, lrs) if (j[0].run_id, j[1], j[2]) not in set(skip)]
     if threads_per_run is not None:
         check_positive_int("threads_per_run", threads_per_run)
     workers = check_positive_int("workers", workers)
     if keep_models and workers > 1:
         raise ValueError("keep_models needs workers == 1 (models stay in the process that trained them)")
-    jobs = [(spec, seed) for seed in seeds for spec in preset.runs]
-    total = sum(preset.tasks[spec.task].steps for spec, _ in jobs)
+    total = sum(preset.tasks[spec.task].cap * max(preset.budgets) for spec, _, _ in jobs)
     bar = _progress_bar(total, f"relpos lab ({preset.name})") if progress else None
     start = time.perf_counter()
     models = {}
     if workers == 1:
         runs = []
         with threads(threads_per_run):
-            for spec, seed in jobs:
+            for spec, seed, lr in jobs:
                 if bar is not None:
-                    bar.set_description(f"{spec.run_id} seed {seed}")
+                    bar.set_description(f"{spec.run_id} seed {seed} lr {lr:g}")
                     tick = lambda n, loss: (bar.update(n), bar.set_postfix(loss=f"{loss:.3f}", refresh=False))
                 else:
                     tick = None
-                record, model = train_run(preset, spec, seed, progress=tick)
+                record, model = train_run(preset, spec, seed, lr, progress=tick)
+                if bar is not None:  # a solved run skips the rest of its steps
+                    bar.update(preset.tasks[spec.task].cap * max(preset.budgets) - record["steps"])
                 runs.append(record)
                 if on_record is not None:
                     on_record(record)
                 if keep_models:
-                    models[(spec.run_id, seed)] = model
+                    models[(spec.run_id, seed, lr)] = model
     else:
         runs = _run_in_processes(preset, jobs, workers, threads_per_run, bar, on_record)
     if bar is not None:
@@ -234,8 +371,8 @@ def _worker_init(threads_per_run):
         torch.set_num_threads(threads_per_run)
 
 
-def _train_job(preset: Preset, spec: RunSpec, seed: int) -> dict:
-    record, _ = train_run(preset, spec, seed)
+def _train_job(preset: Preset, spec: RunSpec, seed: int, lr: float) -> dict:
+    record, _ = train_run(preset, spec, seed, lr)
     return record
 
 
@@ -247,9 +384,9 @@ def _run_in_processes(preset, jobs, workers, threads_per_run, bar, on_record=Non
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                                   initializer=_worker_init, initargs=(threads_per_run,))
     try:
-        futures = [pool.submit(_train_job, preset, spec, seed) for spec, seed in jobs]
-        steps = {f: preset.tasks[spec.task].steps for f, (spec, _) in zip(futures, jobs)}
-        names = {f: f"{spec.run_id} seed {seed}" for f, (spec, seed) in zip(futures, jobs)}
+        futures = [pool.submit(_train_job, preset, spec, seed, lr) for spec, seed, lr in jobs]
+        steps = {f: preset.tasks[spec.task].cap * max(preset.budgets) for f, (spec, _, _) in zip(futures, jobs)}
+        names = {f: f"{spec.run_id} seed {seed} lr {lr:g}" for f, (spec, seed, lr) in zip(futures, jobs)}
         for future in concurrent.futures.as_completed(futures):
             record = future.result()
             if on_record is not None:
@@ -258,8 +395,11 @@ def _run_in_processes(preset, jobs, workers, threads_per_run, bar, on_record=Non
                 bar.set_description(f"done {names[future]}")
                 bar.update(steps[future])
         return [f.result() for f in futures]
-    except BaseException:  # Ctrl-C or a failed run: stop the others now, keep what finished (on_record)
+    except BaseException:  # Ctrl-C, SIGTERM or a failed run: stop the others now, keep what finished (on_record)
+        running = list((getattr(pool, "_processes", None) or {}).values())  # before shutdown forgets them
         pool.shutdown(wait=False, cancel_futures=True)
+        for process in running:  # the jobs in progress too: no orphaned workers left computing
+            process.terminate()
         raise
     finally:
         pool.shutdown(wait=True)
@@ -278,7 +418,8 @@ class _PlainProgress:
 
     def __init__(self, total, desc):
         self.total, self.n, self.next = total, 0, total / 10
-        print(f"{desc}: {total} training steps (install tqdm for a progress bar)", flush=True)
+        self.desc = desc
+        print(f"{desc}: at most {total} training steps (install tqdm for a progress bar)", flush=True)
 
     def set_description(self, text):
         self.desc = text
@@ -289,7 +430,7 @@ class _PlainProgress:
     def update(self, n):
         self.n += n
         if self.n >= self.next:
-            print(f"  {100 * self.n // self.total}% ({self.desc})", flush=True)
+            print(f"  {100 * self.n // max(1, self.total)}% ({self.desc})", flush=True)
             self.next += self.total / 10
 
     def close(self):

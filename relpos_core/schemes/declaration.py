@@ -99,7 +99,11 @@ class PositionModule(nn.Module):
       ``wq``, ``wk`` projections: DeBERTa projects its shared table with them);
     * ``run_blocks(blocks, h, run)``: how the model's blocks are applied (DeBERTa's
       Enhanced Mask Decoder re-runs the last one); ``run(block, h, query=None)``;
-    * ``init_parameters(generator)``: draw every parameter (default N(0, 0.02)).
+    * ``init_parameters(generator)``: draw every parameter (default N(0, 0.02));
+    * ``training_positions(n, generator=None)``: the positions a training sequence of n
+      tokens is placed at (None, the default: 0 .. n - 1). Randomised positions (Ruoss et
+      al. 2023) return n sorted positions drawn from a longer range; the model asks for
+      them when it trains without a cache and without explicit positions.
     """
 
     def __init__(self, shape: ModelShape, options):
@@ -122,6 +126,10 @@ class PositionModule(nn.Module):
     def init_parameters(self, generator: torch.Generator) -> None:
         for p in self.parameters():
             p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
+
+    def training_positions(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor | None:
+        """(n,) int64 positions for a training sequence of ``n`` tokens, or None: 0 .. n - 1."""
+        return None
 
 
 @dataclass(frozen=True)
