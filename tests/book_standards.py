@@ -12,7 +12,4 @@ _REWRITE = {"seed", "captions", "pitfalls", "exercises", "line length", "hidden 
 # "math": a display equation wider than a phone's column (checked in the browser only,
 # so not a strict xfail: look at the page at 390 px when removing it)
 PENDING: dict[str, set[str]] = {
-    # rebuilt by the lab-evidence issue (chapters 10 and 11 are not part of issue 16)
-    "10_experiments.ipynb": {"visible code", "tables", "typed numbers"},
-    "11_choosing_a_scheme.ipynb": {"visible code", "typed numbers"},
 }

@@ -30,7 +30,6 @@ def test_module_docstring_points_to_an_existing_chapter(name):
 # (chapters/07_the_kv_cache.ipynb) or its title ("The KV cache").
 TYPED_CHAPTER = re.compile(r"\b(?:chapters?|chap\.|ch\.)\s+\d+[a-z]?\b", re.I)
 # relpos_core/lab is rewritten with chapters 10 and 11 on another branch
-PENDING = ("relpos_core/lab/",)
 OUTSIDE_THE_BOOK = sorted(
     [p for p in (ROOT / "relpos_core").rglob("*.py")]
     + [p for p in (ROOT / "tools").rglob("*") if p.is_file() and p.suffix in (".py", ".sh", ".md")]
@@ -48,15 +47,8 @@ def test_typed_chapters_are_found():
 
 
 @pytest.mark.parametrize(
-    "path", [p for p in OUTSIDE_THE_BOOK if not p.relative_to(ROOT).as_posix().startswith(PENDING)],
+    "path", OUTSIDE_THE_BOOK,
     ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_library_and_tools_name_chapters_by_file_or_title(path):
     found = typed_chapters(path)
     assert not found, f"{path.relative_to(ROOT)}: a chapter named by number (name its file or title): {found[:3]}"
-
-
-@pytest.mark.xfail(reason="relpos_core/lab: rewritten with chapters 10 and 11 elsewhere", strict=True)
-def test_pending_modules_name_chapters_by_file_or_title():
-    found = [hit for p in OUTSIDE_THE_BOOK if p.relative_to(ROOT).as_posix().startswith(PENDING)
-             for hit in typed_chapters(p)]
-    assert not found, found[:3]

@@ -1,6 +1,6 @@
 """The experiments lab: tiny transformers that differ only in their position scheme, trained
 on synthetic tasks on a CPU until they solve them (or a cap), evaluated up to 512 tokens
-(chapter 10, "Experiments": chapters/10_experiments.ipynb).
+("Experiments": chapters/10_experiments.ipynb).
 
 ``python -m relpos_core.lab --preset book`` runs the chapter's experiments on a reduced
 grid; ``--preset full`` is what the chapter reads (committed as

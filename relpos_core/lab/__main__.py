@@ -1,6 +1,6 @@
 """``python -m relpos_core.lab --preset {tiny,book,full}``: train the lab's models and write results.
 
-Book: chapter 10, "Experiments" (chapters/10_experiments.ipynb).
+Book: "Experiments" (chapters/10_experiments.ipynb).
 
 Writes a results file (``--out``, default ``./relpos-results/lab-<preset>-<time>.json``)
 with provenance and PNG plots beside it. Every argument and the output path are checked

@@ -1,7 +1,7 @@
 """Figures of a lab run: plotly figures for the chapter (through ``rp.figures``) and
 matplotlib PNGs for ``python -m relpos_core.lab``.
 
-Book: chapter 10, "Experiments" (chapters/10_experiments.ipynb). plotly and matplotlib
+Book: "Experiments" (chapters/10_experiments.ipynb). plotly and matplotlib
 are imported inside the functions, never when the module is imported. Labels and line
 styles come from the scheme declarations; one colour per scheme across every figure.
 """

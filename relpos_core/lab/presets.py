@@ -1,6 +1,6 @@
 """Presets: what the lab trains, on which tasks, how long, and with how many seeds and learning rates.
 
-Book: chapter 10, "Experiments" (chapters/10_experiments.ipynb).
+Book: "Experiments" (chapters/10_experiments.ipynb).
 
 * ``tiny``: a few runs of every task, a few steps each: a pipeline check for pytest and
   nbval (seconds). Its accuracies mean nothing.

@@ -1,6 +1,6 @@
 """Results of a lab run: JSON with provenance, and the statistics the chapter reads from it.
 
-Book: chapter 10, "Experiments" (chapters/10_experiments.ipynb).
+Book: "Experiments" (chapters/10_experiments.ipynb).
 
 A results file is one JSON object:
 

@@ -2,7 +2,7 @@
 
 Paper: Ruoss, Deletang, Genewein, Grau-Moya, Csordas, Bennani, Legg and Veness (2023),
 "Randomized Positional Encodings Boost Length Generalization of Transformers", ACL 2023.
-Book: chapter 10, "Experiments" (chapters/10_experiments.ipynb).
+Book: "Experiments" (chapters/10_experiments.ipynb).
 
 The observation behind it: a model trained on sequences of at most N tokens sees only
 positions (and offsets) below N, so a longer input at test time meets position values
