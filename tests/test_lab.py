@@ -295,6 +295,7 @@ def test_an_unsolved_run_is_evaluated_at_the_cap_and_at_the_end():
     assert [c[0] for c in record["curve"]][-1] == 20
 
 
+@pytest.mark.slow
 def test_a_seeded_run_is_deterministic_and_the_learning_rate_changes_only_the_updates():
     tiny = get_preset("tiny")
     for run_id in ("marker/shaw-k16", "copy/randomized", "position/deberta_emd"):
@@ -327,6 +328,7 @@ def test_run_preset_checks_its_arguments():
         train_run(tiny, tiny.runs[0], seed=0, lr=2.0)
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_same_records_in_the_same_order():
     tiny = get_preset("tiny")
     small = replace(tiny, runs=(tiny.run("copy/randomized"), tiny.run("position/deberta_emd")), lrs=(3e-3,))
@@ -434,6 +436,7 @@ def tiny_results(tmp_path_factory):
     return out, R.load_results(out / "lab-tiny.json")
 
 
+@pytest.mark.slow
 def test_cli_pipeline_end_to_end_on_the_tiny_preset(tiny_results):
     out, res = tiny_results
     tiny = get_preset("tiny")
@@ -459,6 +462,7 @@ def test_cli_pipeline_end_to_end_on_the_tiny_preset(tiny_results):
     assert set(R.result(marker, "L32")["parts"]) == {"sign", "distance"}
 
 
+@pytest.mark.slow
 def test_results_tables_and_figures(tiny_results):
     _, res = tiny_results
     md = R.length_table_markdown(res, "retrieval")
@@ -478,6 +482,7 @@ def test_results_tables_and_figures(tiny_results):
         R.records(res, "marker/xpos")
 
 
+@pytest.mark.slow
 def test_an_unfinished_run_is_read_from_its_partial_file_and_compared_on_whole_seeds(tiny_results, tmp_path):
     _, res = tiny_results
     tiny, lrs = get_preset("tiny"), res["provenance"]["lrs"]
