@@ -4,13 +4,8 @@ pair m of q_i by p_i theta_m and of k_j by p_j theta_m, theta_m = 10000^(-2m/d),
 (rotate-half pairing: m with m + d/2)."""
 from relpos_core.schemes import randomized
 
-from .common import Case, attend, content, rotate_pairs
-
-
-def reference(q, k, v, params, qpos, kpos, causal):
-    d = q.shape[-1]
-    theta = [10000.0 ** (-2.0 * m / d) for m in range(d // 2)]
-    return attend(content(rotate_pairs(q, qpos, theta), rotate_pairs(k, kpos, theta)), v, qpos, kpos, causal)
+from .common import Case
+from .rope import reference  # the same attention: RoPE's, at the positions the call gives
 
 
 def make_params(H, d, k, generator):
