@@ -5,7 +5,7 @@ Book: "Experiments" (chapters/10_experiments.ipynb).
 * ``tiny``: a few runs of every task, a few steps each: a pipeline check for pytest and
   nbval (seconds). Its accuracies mean nothing.
 * ``book``: the chapter's experiments on a smaller pool of schemes, one seed, one learning
-  rate and a quarter of the cap: about five minutes on two CPU cores. A reader runs it to
+  rate and a quarter of the cap: about two minutes on two CPU cores. A reader runs it to
   see the pipeline end to end; most of its models do not solve their tasks in that budget.
 * ``full``: the runs the chapters read (committed as ``relpos_core/data/lab-full.json``,
   read through ``relpos_core.resources``): the schemes the chapters' claims are about on
@@ -235,7 +235,7 @@ PRESETS = {
 PRESETS["book"] = replace(
     PRESETS["full"], name="book",
     description="the chapter's experiments on a smaller pool of schemes, one seed and one learning rate, a "
-                "quarter of the cap (about 5 minutes on 2 CPU cores)",
+                "quarter of the cap (about 2 minutes on 2 CPU cores)",
     lrs=(3e-3,), seeds=(0,), tasks=_tasks(0.25), runs=_BOOK_RUNS, experiments=_experiments(_BOOK_RUNS),
 )
 _TINY_TASKS = {k: replace(t, cap=3, batch_size=4, eval_rows=2,
