@@ -442,7 +442,6 @@ def _provenance(p, device, commit: str) -> dict:
                 f"(up to {p['retries']} times, the quieter attempt kept) and flagged noisy if it stays over"),
         peak=("max bytes allocated during one call above what was allocated before it (CPU profiler "
               "allocation events, all calls of one L in one profiler session; CUDA allocator stats)"),
-        load_average=load_average(),  # 1, 5, 15 min, at the end
-    )
+    )  # machine() records the load average (1, 5, 15 min) at the end
 
 
