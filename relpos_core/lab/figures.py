@@ -138,9 +138,10 @@ def length_figure(results: dict, task: str, variants=None, *, lr: float | None =
     return _budgets_slider(results, make)
 
 
-def steps_figure(results: dict, task: str, variants=None, *, height: int = 460):
+def steps_figure(results: dict, task: str, variants=None, *, height: int | None = None):
     """Steps to solve, one point per run (circles: the smaller learning rate, diamonds: the
-    larger), and a cross at the top for every run not solved within the largest budget."""
+    larger), and a cross at the right for every run not solved within the largest budget.
+    One row per model (labels read horizontally, however many models the task has)."""
     go = _go()
     setup = results["preset"]["tasks"][task]
     variants = variants or [r["variant"] for r in results["preset"]["runs"] if r["task"] == task]
@@ -148,35 +149,37 @@ def steps_figure(results: dict, task: str, variants=None, *, height: int = 460):
     fig = go.Figure()
     symbols = ("circle", "diamond", "square", "triangle-up")
     for j, lr in enumerate(R.lrs(results)):
-        xs, ys, names = [], [], []
-        xs_u, names_u = [], []
+        ys, xs, names = [], [], []
+        ys_u, names_u = [], []
         for v in variants:
             for (run_lr, seed), step in R.steps_to_solve(results, f"{task}/{v}", lr).items():
                 if step is None:
-                    xs_u.append(label(v))
+                    ys_u.append(short_label(v))
                     names_u.append(f"seed {seed}")
                 else:
-                    xs.append(label(v))
-                    ys.append(step)
+                    ys.append(short_label(v))
+                    xs.append(step)
                     names.append(f"seed {seed}")
+        colour = "#1f77b4" if j == 0 else "#ff7f0e"
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=f"solved, learning rate {lr:g}", text=names,
-                                 marker=dict(symbol=symbols[j % 4], size=8, opacity=0.75,
-                                             color="#1f77b4" if j == 0 else "#ff7f0e"),
-                                 hovertemplate="%{x}, %{text}: %{y} steps<extra></extra>"))
-        fig.add_trace(go.Scatter(x=xs_u, y=[top * 1.25] * len(xs_u), mode="markers",
+                                 marker=dict(symbol=symbols[j % 4], size=8, opacity=0.75, color=colour),
+                                 hovertemplate="%{y}, %{text}: %{x} steps<extra></extra>"))
+        fig.add_trace(go.Scatter(x=[top * 1.25] * len(ys_u), y=ys_u, mode="markers",
                                  name=f"not solved in {top} steps, learning rate {lr:g}", text=names_u,
-                                 marker=dict(symbol="x", size=8, color="#1f77b4" if j == 0 else "#ff7f0e"),
-                                 hovertemplate="%{x}, %{text}: not solved<extra></extra>"))
+                                 marker=dict(symbol="x", size=8, color=colour),
+                                 hovertemplate="%{y}, %{text}: not solved<extra></extra>"))
     cap = setup["cap"]
-    fig.add_hline(y=cap, line=dict(color="#999999", dash="dash", width=1))
-    fig.add_hline(y=top, line=dict(color="#999999", dash="dash", width=1))
+    fig.add_vline(x=cap, line=dict(color="#999999", dash="dash", width=1))
+    fig.add_vline(x=top, line=dict(color="#999999", dash="dash", width=1))
     ticks = [v for v in (10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if v <= top * 1.3]
-    fig.update_layout(height=height, xaxis=dict(title=None, tickangle=-45, categoryorder="array",
-                                                categoryarray=[label(v) for v in variants]),
-                      yaxis=dict(title="steps to solve (log)", type="log", tickvals=ticks,
+    rows = [short_label(v) for v in variants]
+    height = height or min(600, max(300, 170 + 28 * len(rows)))  # a row per model, one screen
+    fig.update_layout(height=height,
+                      yaxis=dict(title=None, categoryorder="array", categoryarray=rows[::-1]),
+                      xaxis=dict(title="steps to solve (log)", type="log", tickvals=ticks,
                                  ticktext=[str(t) for t in ticks]))
     fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
-                      margin=dict(l=60, r=20, t=90, b=120))
+                      margin=dict(l=110, r=20, t=90, b=60))
     return fig
 
 
