@@ -260,7 +260,7 @@ def parts_figure(results: dict, task: str, variants=None, *, probe: str | None =
                                               thickness=1, width=2)))
         fig.add_hline(y=0.5, line=dict(color="#555555", dash="dot", width=1))
         fig.update_layout(barmode="group", height=460, yaxis=dict(title="share of labels", range=[0, 1.05]),
-                          xaxis=dict(tickangle=-45),
+                          xaxis=dict(tickangle=-90),  # upright labels never overlap
                           legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
                           margin=dict(l=60, r=20, t=60, b=120))
         return fig
