@@ -37,7 +37,7 @@ test: check-python check-chromium $(STAMP)
 	$(PY) tools/colab_like.py
 	$(PY) -m pytest tests/live
 	$(call build_book,-W -n --keep-going)
-	$(PY) -m pytest tests/browser
+	$(PY) -m pytest -n 2 tests/browser
 
 # The unit tier: every test not marked slow (no kernel compilation, wheel build, training or
 # child process); make test runs these and the slow ones.
