@@ -45,7 +45,7 @@ def schemes_for(causal: bool, pool=MAIN_SCHEMES) -> tuple[str, ...]:
         scheme = schemes.lookup(n).scheme
         if scheme.causal_only and not causal:
             continue
-        if scheme.injects == "nothing" and not causal:
+        if not scheme.has_positions and not causal:
             continue
         out.append(n)
     return tuple(out)

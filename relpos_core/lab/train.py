@@ -278,7 +278,7 @@ def train_run(preset: Preset, spec: RunSpec, seed: int, lr: float, *, progress=N
         "train_length": setup.train_length, "cap": setup.cap, "steps": step, "solved_at": solved_at,
         "curve": curve, "budgets": results,
     }
-    if model.config.entry.scheme.injects == "input":
+    if model.config.entry.scheme.positions_in_tokens:
         record["input_table"] = _input_table_check(model, setup, spec.task, seed)
     rows = untrained_position_rows(model, setup.train_length)
     if rows:

@@ -180,7 +180,7 @@ def example(num_heads, head_dim, options, *, device=None, dtype=None, generator=
 SCHEME = Scheme(
     name="absolute", color="#999933", short="sinusoidal", display="sinusoidal absolute", paper="Vaswani et al. 2017", cite="vaswani2017attention",
     chapter="01_why_relative_positions", convention="none", formula=r"x_i + p_i",
-    code="relpos_core.schemes.absolute.sinusoidal_position_embeddings", injects="input",
+    code="relpos_core.schemes.absolute.sinusoidal_position_embeddings", injects="input", positions_in_tokens=True,
     summary="a fixed sinusoid added to each token",
     caches="keys and values with each token's position inside them",
     example=example, options=AbsoluteOptions, module=AbsolutePosition, order=10,

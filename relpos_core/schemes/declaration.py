@@ -17,23 +17,29 @@ everything the rest of the library needs to know about it:
 * its offsets: ``convention`` ("key_minus_query", "query_minus_key" or "none") and
   ``formula`` (the sign-convention table of "Why relative positions" is built from these);
 * how it enters attention: ``injects`` (input, scalar on the logit, vector on the
-  logit, output, rotation of q and k, nothing) and ``causal_only``;
+  logit, output, rotation of q and k, nothing: a phrase for tables, never a switch) and
+  ``causal_only``; what the code switches on is declared as flags: ``has_positions``
+  (False: the model sees no position at all) and ``positions_in_tokens`` (positions are
+  added to the token embeddings, so every cached key and value carries its own);
 * its distance parameter (``Distance``): which option it is and what the benchmark's
   presets give it, so no preset needs a per-scheme value;
-* ``example(num_heads, head_dim, k, *, device, dtype, generator, **options)``: a term with
-  random tables (the registry, the benchmark, the memory ledger on the meta device);
+* ``example(num_heads, head_dim, options, *, device, dtype, generator)``: a term with
+  random tables for an instance of ``options`` (the registry, the benchmark, the memory
+  ledger on the meta device);
 * ``options``: the dataclass of the module's settings (defaults included) and ``module``:
   the ``PositionModule`` subclass; ``variants``: named settings that behave like a
   scheme of their own (Shaw with the key table only is ``shaw_key``);
 * ``caches``: what a KV cache keeps per token for it (the table of "The KV cache"), and
   ``not_decoded``: why a decoder cannot use it (None when it can);
-* ``benchmark_module`` (optional): the Hugging Face module of the scheme and the same
-  module with its attention on ``rp.attend`` (``BenchmarkModule``), which the benchmark
-  times side by side.
+* ``benchmark_module`` (optional): the dotted path of a function (in
+  ``relpos_core.oracles``, above this layer) that builds the Hugging Face module of the
+  scheme and the same module with its attention on ``rp.attend`` (``BenchmarkModule``),
+  which the benchmark times side by side (``load_benchmark_module()``).
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -189,7 +195,9 @@ class Scheme:
     not_decoded: str | None = None
     variants: tuple = ()
     order: int = 100
-    benchmark_module: Callable | None = None
+    benchmark_module: str | None = None  # dotted path of a function returning a BenchmarkModule
+    has_positions: bool = True  # False: no position reaches the model (the lab skips it where that is moot)
+    positions_in_tokens: bool = False  # positions added to the token embeddings: cached keys carry them
     short: str = ""  # a compact label for crowded figures (default: ``display``)
     color: str = "#8c8c8c"  # the one colour every figure of the book gives it, ``#rrggbb``
 
@@ -205,6 +213,13 @@ class Scheme:
             raise ValueError(f"{self.name}: module must be a PositionModule subclass, got {self.module!r}")
         if self.distance is not None and self.distance.name not in {f.name for f in dataclasses.fields(self.options)}:
             raise ValueError(f"{self.name}: the distance parameter {self.distance.name!r} must be an option")
+
+    def load_benchmark_module(self) -> Callable:
+        """The function ``benchmark_module`` names, imported (ValueError when the scheme has none)."""
+        if self.benchmark_module is None:
+            raise ValueError(f"scheme {self.name!r} declares no benchmark_module")
+        module, _, attr = self.benchmark_module.rpartition(".")
+        return getattr(importlib.import_module(module), attr)
 
     def names(self) -> tuple[str, ...]:
         """The scheme's registry names: its own and its variants'."""
