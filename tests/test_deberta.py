@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from relpos_core.oracles import deberta as deberta_oracle
 from relpos_core.schemes import deberta as db
-from tests.references_deberta import ref_c2p_p2c, ref_delta, ref_emd
+from tests.references.deberta import ref_c2p_p2c, ref_delta, ref_emd
 
 transformers = pytest.importorskip("transformers")
 from transformers import DebertaV2Config  # noqa: E402
