@@ -31,9 +31,10 @@ __all__ = ["Probe", "TaskSetup", "RunSpec", "Preset", "PRESETS", "get_preset", "
            "ladder", "LONGEST"]
 
 LONGEST = 512  # every length test reaches at least this many tokens
-# every declared scheme and variant; DeBERTa's EMD variant (an output decoder for masked
-# language modelling) belongs to the position experiment
-MAIN_SCHEMES = tuple(n for n in schemes.names() if n != "deberta_emd")
+# every declared scheme and variant that trains on the language tasks (a variant made for one
+# experiment declares language_tasks=False: DeBERTa's EMD belongs to the position experiment)
+MAIN_SCHEMES = tuple(n for n in schemes.names()
+                     if schemes.lookup(n).variant is None or schemes.lookup(n).variant.language_tasks)
 
 
 def schemes_for(causal: bool, pool=MAIN_SCHEMES) -> tuple[str, ...]:

@@ -171,6 +171,9 @@ class AbsolutePosition(PositionModule):
         rows = _check_positions(positions, self.shape.max_positions)
         return h + self.weight[rows].to(h.dtype)  # (B, n, D): the position enters the token itself
 
+    def untrained_rows(self, train_length: int) -> range:
+        return range(train_length, self.shape.max_positions) if self.options.embedding == "learned" else range(0)
+
 
 def example(num_heads, head_dim, options, *, device=None, dtype=None, generator=None):
     """No attention term: the position is in the token embeddings."""

@@ -109,7 +109,9 @@ class PositionModule(nn.Module):
     * ``training_positions(n, generator=None)``: the positions a training sequence of n
       tokens is placed at (None, the default: 0 .. n - 1). Randomised positions (Ruoss et
       al. 2023) return n sorted positions drawn from a longer range; the model asks for
-      them when it trains without a cache and without explicit positions.
+      them when it trains without a cache and without explicit positions;
+    * ``untrained_rows(train_length)`` and ``recorded_tables()``: what the lab reports of a
+      learned table (rows training never reaches; the table itself, rounded).
     """
 
     def __init__(self, shape: ModelShape, options):
@@ -137,6 +139,14 @@ class PositionModule(nn.Module):
         """(n,) int64 positions for a training sequence of ``n`` tokens, or None: 0 .. n - 1."""
         return None
 
+    def untrained_rows(self, train_length: int) -> range:
+        """Rows of a learned absolute table that training at ``train_length`` never reaches (default: none)."""
+        return range(0)
+
+    def recorded_tables(self) -> dict | None:
+        """What the lab keeps of the learned tables when a run asks for them (``keep_tables``); None: nothing."""
+        return None
+
 
 @dataclass(frozen=True)
 class BenchmarkModule:
@@ -161,6 +171,9 @@ class Variant:
     ``model_only``: the variant changes the model around attention (a learned absolute
     table instead of a sinusoid, DeBERTa's Enhanced Mask Decoder), not the attention call
     itself: it is a model of its own (decoder, lab) but not a kernel path of its own.
+    ``language_tasks``: the lab trains it on its language tasks (retrieval, copying, the
+    marker task); False for a variant made for one experiment only (DeBERTa's Enhanced Mask
+    Decoder, an output decoder for masked language modelling: the position task).
     """
 
     name: str
@@ -170,6 +183,7 @@ class Variant:
     model_only: bool = False
     short: str = ""  # a compact label for crowded figures (default: ``display``)
     color: str = ""  # the book's colour for it, ``#rrggbb`` (default: the family's)
+    language_tasks: bool = True
 
 
 @dataclass(frozen=True)

@@ -291,6 +291,12 @@ class ShawPosition(PositionModule):
         return position_term(rel_key=self.rel_key[layer], rel_value=self.rel_value[layer] if self.options.value
                              else None, max_relative_position=self.options.max_relative_position)
 
+    def recorded_tables(self) -> dict:
+        """Layer 0's key table (2k + 1, d), rounded to 5 decimals, rows for offsets -k .. k."""
+        table = self.rel_key[0].detach()  # (2k + 1, d)
+        return {"rel_key": [[round(v, 5) for v in row] for row in table.tolist()],
+                "k": self.options.max_relative_position}
+
     @torch.no_grad()
     def init_parameters(self, generator):
         if self.options.init == "random":
