@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from relpos_core._validate import check_choice, check_positive_int, check_tensor
-from relpos_core.schemes.declaration import PositionModule, Scheme, Variant
+from relpos_core.schemes.declaration import Lab, PositionModule, Scheme, Variant
 
 __all__ = [
     "sinusoidal_position_embeddings",
@@ -189,5 +189,7 @@ SCHEME = Scheme(
     example=example, options=AbsoluteOptions, module=AbsolutePosition, order=10,
     variants=(Variant("learned", "learned absolute", dict(embedding="learned"),
                       "a trained vector per position added to each token (BERT, GPT-2)", model_only=True,
-                      short="learned", color="#9467bd"),),
+                      short="learned", color="#9467bd",
+                      lab=Lab(("retrieval_gap",), book=True)),),
+    lab=Lab(("retrieval_gap",)),
 )

@@ -41,7 +41,7 @@ from torch import nn
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.offsets import relative_offsets
-from relpos_core.schemes.declaration import Distance, PositionModule, Scheme, Variant
+from relpos_core.schemes.declaration import Distance, Lab, PositionModule, Scheme, Variant
 from relpos_core.terms import KeyVectors, PositionTerm, QueryVectors, RowIndex, example_tensor
 
 __all__ = ["SIGN_CONVENTION", "deberta_delta_index", "make_log_bucket_position", "position_term",
@@ -277,4 +277,5 @@ SCHEME = Scheme(
     variants=(Variant("deberta_emd", "DeBERTa + EMD", dict(emd=True),
                       "DeBERTa with the Enhanced Mask Decoder's absolute positions at the output", model_only=True,
                       short="DeBERTa+EMD", color="#b8255f", language_tasks=False),),
+    lab=Lab(("marker", "retrieval"), book=True),
 )

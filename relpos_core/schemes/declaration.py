@@ -31,6 +31,8 @@ everything the rest of the library needs to know about it:
   scheme of their own (Shaw with the key table only is ``shaw_key``);
 * ``caches``: what a KV cache keeps per token for it (the table of "The KV cache"), and
   ``not_decoded``: why a decoder cannot use it (None when it can);
+* ``lab`` (``Lab``): the lab's tasks it trains on and whether the book preset has it; a
+  variant's ``language_tasks=False`` keeps it to its own experiment;
 * ``benchmark_module`` (optional): the dotted path of a function (in
   ``relpos_core.oracles``, above this layer) that builds the Hugging Face module of the
   scheme and the same module with its attention on ``rp.attend`` (``BenchmarkModule``),
@@ -49,7 +51,7 @@ import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_int
 
-__all__ = ["Scheme", "Variant", "Distance", "ModelShape", "PositionModule", "BenchmarkModule", "INJECTS",
+__all__ = ["Scheme", "Variant", "Distance", "Lab", "ModelShape", "PositionModule", "BenchmarkModule", "INJECTS",
            "PRESET_SIZES", "make_options"]
 
 INJECTS = ("nothing", "input", "scalar on the logit", "vector on the logit", "output", "rotation of q and k")
@@ -80,6 +82,21 @@ class Distance:
         if self.follows_length:
             return max(self.minimum, check_int("length", length, min_value=1))
         return max(self.minimum, getattr(self, size))
+
+
+@dataclass(frozen=True)
+class Lab:
+    """Where the lab (chapters/10_experiments.ipynb, ``relpos_core.lab.presets``) trains a scheme.
+
+    ``tasks``: the full preset's language tasks it trains on ("marker", "marker_causal",
+    "retrieval", "copy", "retrieval_gap"; a task it cannot train, such as a bidirectional one
+    for a decoder-only scheme, is skipped). The default puts a new scheme on the task that
+    ranks length generalisation; ``tasks=()`` keeps it out of the full preset (it still
+    trains in the tests). ``book``: also in the book preset's smaller pool.
+    """
+
+    tasks: tuple[str, ...] = ("retrieval_gap",)
+    book: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,6 +201,7 @@ class Variant:
     short: str = ""  # a compact label for crowded figures (default: ``display``)
     color: str = ""  # the book's colour for it, ``#rrggbb`` (default: the family's)
     language_tasks: bool = True
+    lab: Lab | None = None  # where the lab trains it (None: as its scheme)
 
 
 @dataclass(frozen=True)
@@ -212,6 +230,7 @@ class Scheme:
     benchmark_module: str | None = None  # dotted path of a function returning a BenchmarkModule
     has_positions: bool = True  # False: no position reaches the model (the lab skips it where that is moot)
     positions_in_tokens: bool = False  # positions added to the token embeddings: cached keys carry them
+    lab: Lab = Lab()  # where the lab trains it
     short: str = ""  # a compact label for crowded figures (default: ``display``)
     color: str = "#8c8c8c"  # the one colour every figure of the book gives it, ``#rrggbb``
 

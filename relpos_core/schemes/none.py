@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relpos_core.schemes.declaration import PositionModule, Scheme
+from relpos_core.schemes.declaration import Lab, PositionModule, Scheme
 
 __all__ = ["NoneOptions", "NoPosition", "SCHEME"]
 
@@ -38,4 +38,5 @@ SCHEME = Scheme(
     code="relpos_core.schemes.none.NoPosition", injects="nothing", has_positions=False,
     summary="content only; a causal mask alone gives order",
     example=example, options=NoneOptions, module=NoPosition, order=0,
+    lab=Lab(("marker_causal", "retrieval", "copy", "retrieval_gap"), book=True),
 )

@@ -28,7 +28,7 @@ import torch.nn as nn
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
-from relpos_core.schemes.declaration import Distance, PositionModule, Scheme, Variant
+from relpos_core.schemes.declaration import Distance, Lab, PositionModule, Scheme, Variant
 from relpos_core.terms import PositionTerm, QueryVectors, ValueVectors, clipped_rows, example_tensor
 
 __all__ = [
@@ -317,5 +317,7 @@ SCHEME = Scheme(
     distance=Distance("max_relative_position", "offsets beyond k share the end rows", small=4, medium=16, large=64),
     example=example, options=ShawOptions, module=ShawPosition, order=20,
     variants=(Variant("shaw_key", "Shaw (key only)", dict(value=False),
-                      "learned vectors per clipped offset, on the keys only", short="Shaw key", color="#e8875a"),),
+                      "learned vectors per clipped offset, on the keys only", short="Shaw key", color="#e8875a",
+                      lab=Lab(("marker", "retrieval_gap"))),),
+    lab=Lab(("marker", "retrieval_gap"), book=True),
 )

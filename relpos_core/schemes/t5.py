@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
-from relpos_core.schemes.declaration import Distance, PositionModule, Scheme
+from relpos_core.schemes.declaration import Distance, Lab, PositionModule, Scheme
 from relpos_core.terms import PositionTerm, RowIndex, ScalarTable, example_tensor
 
 __all__ = ["t5_relative_bucket", "position_term", "bucket_work_bytes", "T5Options", "T5Position", "SCHEME"]
@@ -182,4 +182,5 @@ SCHEME = Scheme(
                       minimum=17),
     example=example, options=T5Options, module=T5Position, order=40,
     benchmark_module="relpos_core.oracles.t5.benchmark_module",
+    lab=Lab(("marker", "marker_causal", "copy", "retrieval_gap"), book=True),
 )
