@@ -438,6 +438,22 @@ def tiny_results(tmp_path_factory):
     return out, R.load_results(out / "lab-tiny.json")
 
 
+
+def test_the_declared_lab_tasks_exist_and_a_new_scheme_is_in_the_full_preset():
+    """Every task a declaration names is one of the lab's language tasks (a misspelt task would train
+    nothing, silently); a scheme declared with the default Lab trains on retrieval_gap in the full preset."""
+    from relpos_core.lab import presets
+
+    for name in rp.schemes.names():
+        unknown = set(rp.schemes.lookup(name).lab.tasks) - set(presets._CAUSAL)
+        assert not unknown, f"{name} declares lab tasks {sorted(unknown)}; the lab has {sorted(presets._CAUSAL)}"
+    assert rp.schemes.Lab().tasks == ("retrieval_gap",)
+    full = {r.run_id for r in get_preset("full").runs}
+    for name in presets.MAIN_SCHEMES:
+        for task in rp.schemes.lookup(name).lab.tasks:
+            if name in presets.schemes_for(presets._CAUSAL[task]):
+                assert f"{task}/{name}" in full
+
 @pytest.mark.slow
 def test_cli_pipeline_end_to_end_on_the_tiny_preset(tiny_results):
     out, res = tiny_results
