@@ -8,19 +8,11 @@ clip-and-shift and log-bucket offsets, the EMD.
 Sign convention: ``query_minus_key``. Entry (i, j) of every offset matrix here is i - j,
 so a positive offset means the key comes *before* the query.
 
-The pieces:
-
-* ``deberta_delta_index``: the paper's clip-and-shift delta(i, j) in [0, 2k) (eq. 3):
-  0 if i - j <= -k, 2k - 1 if i - j >= k, else i - j + k. It equals
-  ``clamp(i - j, -k, k - 1) + k`` at every offset (boundaries pinned in the tests).
-* ``make_log_bucket_position``: DeBERTa-v2's log buckets (exact for |i - j| <=
-  bucket_size // 2, logarithmic beyond).
-* ``position_term``: content-to-position (c2p) and position-to-content (p2c) for ``rp.attend``;
-* ``enhanced_mask_decode``: the EMD's steps (absolute positions added to the query input of
-  the last layer, re-run on the second-to-last layer's output).
-
-The dense c2p/p2c scores, DeBERTa-v2's offset matrix and the modules whose parameter
-names match Hugging Face's are test oracles: ``relpos_core/oracles/deberta.py``.
+The pieces: ``deberta_delta_index`` (the paper's clip-and-shift delta(i, j) in [0, 2k),
+eq. 3: ``clamp(i - j, -k, k - 1) + k``), ``make_log_bucket_position`` (DeBERTa-v2's log
+buckets), ``position_term`` (content-to-position and position-to-content for ``rp.attend``)
+and ``enhanced_mask_decode`` (the EMD's steps). The dense c2p/p2c scores and the modules
+whose parameter names match Hugging Face's are test oracles: ``relpos_core/oracles/deberta.py``.
 
 The p2c index of the reference code (Hugging Face transformers 5.24, which follows
 Microsoft's release) differs from a literal reading of the paper. Algorithm 1 writes the
