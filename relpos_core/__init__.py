@@ -8,7 +8,8 @@ closes a circle):
    ``rp.offsets``, ``rp.terms`` (the pieces a position term is made of);
 2. ``rp.kernels``: how a term is computed (forms naive / gather / skew, backends eager /
    sdpa / flex, rotary maths, SDPA backend forcing, ``rp.attention`` written out);
-3. ``rp.schemes``: what each scheme computes, one declared file per scheme;
+3. ``rp.schemes``: what each scheme computes, one declared file per scheme; ``rp.oracles``:
+   the Hugging Face-parity modules built around a scheme to check it (tests, chapters);
 4. ``rp.registry`` (every path, what each call may ask of it) and ``rp.measure`` (bytes,
    time, the path guard, SDPA backend detection);
 5. ``rp.attend``: the one entry point;
@@ -23,6 +24,7 @@ closes a circle):
 """
 from . import budget, offsets, outputs, positions, terms  # noqa: I001  (layer order)
 from . import kernels, schemes
+from . import oracles
 from . import measure, registry
 from .attend import attend
 from . import cache, mla, models
@@ -32,5 +34,5 @@ from .offsets import relative_offsets
 
 __version__ = "0.1.0"
 __all__ = ["attend", "attention", "attention_weights", "relative_offsets", "budget", "offsets", "outputs", "positions",
-           "terms", "schemes", "kernels", "registry", "measure", "models", "cache", "mla", "decoding", "failures", "lab",
-           "figures", "resources"]
+           "terms", "schemes", "oracles", "kernels", "registry", "measure", "models", "cache", "mla", "decoding",
+           "failures", "lab", "figures", "resources"]

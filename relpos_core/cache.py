@@ -24,7 +24,7 @@ FIFO memory when ``sinks == 0``). Two position frames:
   ``key_positions``. Distances to the sinks grow without bound (an ALiBi sink 32k tokens
   back gets a penalty of thousands of logits): kept to show how it fails.
 
-("renumbered" is accepted as another name for "cache".) A cache refuses a model it was
+A cache refuses a model it was
 not made for, and a step that fails (a refused path, a budget error) is rolled back, so
 the cache stays as it was. Sign convention: positions are absolute integers; offsets
 are formed by the kernels as ``key_minus_query`` (``relpos_core.positions``).
@@ -39,7 +39,7 @@ from relpos_core._validate import check_choice, check_int, check_positive_int, c
 
 __all__ = ["KVCache", "POSITION_FRAMES", "ROPE_LAYOUTS", "POSITION_BYTES"]
 
-POSITION_FRAMES = ("cache", "original", "renumbered")
+POSITION_FRAMES = ("cache", "original")
 ROPE_LAYOUTS = ("rotated", "unrotated")
 POSITION_BYTES = 8  # one int64 per kept token
 
@@ -62,8 +62,7 @@ class KVCache:
         self.window = None if window is None else check_positive_int("window", window)
         if self.window is None and self.sinks:
             raise ValueError(f"sinks must be 0 when window is None (nothing is evicted), got {self.sinks}")
-        frame = check_choice("positions", positions, POSITION_FRAMES)
-        self.frame = "cache" if frame == "renumbered" else frame
+        self.frame = check_choice("positions", positions, POSITION_FRAMES)
         self.rope_layout = check_choice("rope_layout", rope_layout, ROPE_LAYOUTS + (None,))
         if self.rope_layout == "rotated" and rotary is None:
             raise ValueError("rope_layout='rotated' needs the model's rotary (to re-rotate kept keys)")

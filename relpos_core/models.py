@@ -293,7 +293,7 @@ class Transformer(nn.Module):
         elif rope_layout is not None:
             raise ValueError(f"rope_layout applies to rotating schemes only, this model is {self.config.scheme!r}: "
                              f"pass None")
-        if entry.scheme.injects == "input" and window is not None and positions in ("cache", "renumbered"):
+        if entry.scheme.positions_in_tokens and window is not None and positions == "cache":
             raise ValueError(f"positions={positions!r} cannot be used with {self.config.scheme}: each cached key and "
                              f"value already contains its position vector, and renumbering would mean recomputing "
                              f"them from the tokens; use positions='original'")
@@ -426,33 +426,28 @@ class Transformer(nn.Module):
         check_choice("positions", positions, POSITION_FRAMES)
         if window is None:
             return self(tokens, form=form, backend=backend, compiled=compiled)
-        if self.config.entry.scheme.injects == "input" and positions != "original":
+        if self.config.entry.scheme.positions_in_tokens and positions != "original":
             raise ValueError(f"positions={positions!r} cannot be used with {self.config.scheme} (see new_cache)")
         if backend is None:
             default_form, backend = self.default_path()
             form = default_form if form is None else form
-        B, T = tokens.shape
-        dev = tokens.device
+        T, dev = tokens.shape[1], tokens.device
         terms = self.position_terms()
+        steps = []  # for each token t: the keys it attends to and where queries and keys sit
+        for t in range(T):
+            kept = kept_positions(t, sinks=sinks, window=window).to(dev)  # (K,) original positions
+            kpos = kept if positions == "original" else torch.arange(kept.numel(), device=dev)  # (K,)
+            steps.append((kept, _Run(form, backend, compiled, dict(query_positions=kpos[-1:], key_positions=kpos),
+                                     kpos[-1:])))
+        layers = {id(block): i for i, block in enumerate(self.blocks)}
+
+        def apply(block, h, query=None):  # the blocks forward() runs, one token at a time over its kept keys
+            layer, queries = layers[id(block)], h if query is None else query
+            return torch.cat([block(h[:, kept], query=queries[:, t:t + 1], term=terms[layer], run=run, layer=layer,
+                                    cache=None) for t, (kept, run) in enumerate(steps)], dim=1)  # (B, T, D)
+
         h = self.position.embed(self.embed(tokens), torch.arange(T, device=dev))  # (B, T, D): original positions
-        rows = [kept_positions(t, sinks=sinks, window=window).to(dev) for t in range(T)]
-        for block, term in zip(self.blocks, terms):
-            attn = block.attention
-            x = block.norm1(h)  # (B, T, D)
-            q, k, v = attn.heads(x, attn.wq), attn.heads(x, attn.wk), attn.heads(x, attn.wv)  # (B, H, T, dh)
-            outs = []
-            for t, kept in enumerate(rows):
-                if positions == "original":
-                    kpos, qpos = kept, kept[-1:]  # (K,), (1,)
-                else:
-                    kpos = torch.arange(kept.numel(), device=dev)  # (K,) renumbered
-                    qpos = kpos[-1:]
-                outs.append(attend(q[:, :, t:t + 1], k[:, :, kept], v[:, :, kept], term, form=form,
-                                   backend=backend, causal=True, query_positions=qpos, key_positions=kpos,
-                                   compiled=compiled))  # (B, H, 1, dh)
-            out = torch.cat(outs, dim=2)  # (B, H, T, dh)
-            h = block.attention.wo(out.transpose(1, 2).reshape(B, T, -1)) + h  # (B, T, D)
-            h = h + block.mlp(block.norm2(h))
+        h = self.position.run_blocks(list(self.blocks), h, apply)  # (B, T, D)
         return self.head(self.norm(h))  # (B, T, num_outputs)
 
     def extra_repr(self) -> str:

@@ -6,6 +6,9 @@ A case is (id, call, expected text in the error message).
 """
 from __future__ import annotations
 
+import dataclasses
+from functools import cache
+
 import numpy as np
 import torch
 
@@ -24,17 +27,44 @@ def _qkv(Lq=4, Lk=6, d=D, dtype=torch.float32, B=1):
 _QKV = None  # set below, once
 
 
-def _term(scheme, d=D, dtype=torch.float32):
-    return registry.example_term(scheme, num_heads=H, head_dim=d, k=8, dtype=dtype,
+def _term(scheme, d=D, dtype=torch.float32, heads=H):
+    return registry.example_term(scheme, num_heads=heads, head_dim=d, k=8, dtype=dtype,
                                  generator=torch.Generator().manual_seed(1))
+
+
+def _tensors(obj):
+    """Every tensor a term holds (through its dataclass fields, tuples and dicts)."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [t for f in dataclasses.fields(obj) for t in _tensors(getattr(obj, f.name))]
+    if isinstance(obj, (tuple, list)):
+        return [t for x in obj for t in _tensors(x)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in _tensors(x)]
+    return []
+
+
+@cache
+def _depends_on(scheme, **sizes) -> bool:
+    """Whether the scheme's example term holds tables whose shapes change with ``heads`` or ``d`` (derived
+    from the term, not listed): only such a term can be given for the wrong heads or head size."""
+    def shapes(**kw):
+        return sorted(tuple(t.shape) for t in _tensors(_term(scheme, **kw)))
+    return shapes() != shapes(**sizes)
+
+
+@cache
+def _causal_only(scheme) -> bool:
+    return rp.schemes.lookup(scheme).scheme.causal_only
 
 
 _QKV = _qkv()
 
 
 def _attend_cases(scheme, form, backend):
-    causal = scheme == "transformer_xl" or None
-    base = dict(form=form, backend=backend, causal=bool(causal), compiled=False)
+    causal = _causal_only(scheme)
+    base = dict(form=form, backend=backend, causal=causal, compiled=False)
 
     def call(q=None, k=None, v=None, term="default", **kw):
         def run():  # inputs are built when the case runs, not when the catalogue is listed
@@ -73,11 +103,11 @@ def _attend_cases(scheme, form, backend):
     yield "kernel_options list", call(kernel_options=[1]), "kernel_options must be a dict"
     yield "term a tensor", call(term=torch.zeros(3)), "term must be a PositionTerm"
     yield "Lq > Lk by the rule", call(q=_qkv(Lq=8)[0]), "q must not be longer than k"
-    if scheme not in ("none", "rope", "alibi", "t5"):  # (a T5 table has no head size)
+    if _depends_on(scheme, d=2 * D):
         yield "term for another head size", call(term=_term(scheme, d=2 * D)), "head size"
-    if scheme == "alibi":
-        yield "term for other heads", call(term=rp.schemes.alibi.position_term(H + 1)), "heads"
-    if scheme == "transformer_xl":
+    if _depends_on(scheme, heads=H + 1):
+        yield "term for other heads", call(term=_term(scheme, heads=H + 1)), "heads"
+    if causal:
         yield "decoder scheme without causal", call(causal=False), "pass causal=True"
     if backend == "flex":
         yield "float64 on flex", call(q=q.double(), k=k.double(), v=v.double(), term=_term(scheme, dtype=torch.float64)), \
@@ -159,7 +189,7 @@ def _builder_cases():
     yield "relative_offsets over budget", lambda: _in(with_budget, lambda: rp.relative_offsets(4096)), "memory budget"
     yield "alibi_bias over budget", lambda: _in(memory_budget(2**20), lambda: s.alibi.alibi_bias(8, 4096)), \
         "memory budget"
-    yield "t5_bias_from_table over budget", lambda: _in(memory_budget(2**20), lambda: s.t5.t5_bias_from_table(
+    yield "t5_bias_from_table over budget", lambda: _in(memory_budget(2**20), lambda: rp.oracles.t5.t5_bias_from_table(
         torch.randn(32, 8), 4096)), "memory budget"
     big_q = torch.empty(1, 1, 4096, 64)  # an empty tensor costs nothing: each builder is refused before it works
     yield "shaw_attention over budget", lambda: _in(memory_budget(2**30), lambda: s.shaw.shaw_attention(
@@ -174,7 +204,7 @@ def _builder_cases():
                                                                                r_layout="LHd")), "memory budget"
     yield "deberta_delta_index over budget", lambda: _in(memory_budget(2**20), lambda: s.deberta.deberta_delta_index(
         4096, max_relative_positions=8)), "memory budget"
-    yield "deberta_c2p_p2c over budget", lambda: _in(memory_budget(2**20), lambda: s.deberta.deberta_c2p_p2c(
+    yield "deberta_c2p_p2c over budget", lambda: _in(memory_budget(2**20), lambda: rp.oracles.deberta.deberta_c2p_p2c(
         big_q, big_q, torch.zeros(1, 16, 64), torch.zeros(1, 16, 64), torch.empty(4096, 4096, dtype=torch.long),
         8)), "memory budget"
     yield "attention over budget", lambda: _in(memory_budget(2**20), lambda: rp.attention(
@@ -196,16 +226,26 @@ def _in(ctx, fn):
         return fn()
 
 
+SPECIAL_CASES = ("term for another head size", "term for other heads", "decoder scheme without causal")
+
+
 def cases(every_path: bool = True):
     """Every (id, call, expected message text); ``every_path=False``: the attend cases for one scheme per
-    (form, backend) pair and the schemes with a special case (Transformer-XL, ALiBi)."""
+    (form, backend) pair, and the special cases on every path of the first scheme of each kind
+    (decoder-only, tables per head, tables of the head size: found from the declarations and the terms)."""
     out, seen = [], set()
+    kinds = {}
+    for name in dict.fromkeys(p.scheme for p in registry.paths()):
+        kinds.setdefault((_causal_only(name), _depends_on(name, heads=H + 1), _depends_on(name, d=2 * D)), name)
+    special = {name for kind, name in kinds.items() if any(kind)}
     for p in registry.paths():
-        if not every_path and (p.form, p.backend) in seen and p.scheme not in ("transformer_xl", "alibi"):
+        first = (p.form, p.backend) not in seen
+        if not (every_path or first or p.scheme in special):
             continue
         seen.add((p.form, p.backend))
         for cid, call, expect in _attend_cases(p.scheme, p.form, p.backend):
-            out.append((f"attend[{p.scheme}/{p.form}/{p.backend}] {cid}", call, expect))
+            if every_path or first or cid in SPECIAL_CASES:
+                out.append((f"attend[{p.scheme}/{p.form}/{p.backend}] {cid}", call, expect))
     out += [(f"attend {cid}", c, e) for cid, c, e in _unsupported_cases()]
     out += [(f"builder {cid}", c, e) for cid, c, e in _builder_cases()]
     return out

@@ -112,6 +112,6 @@ def test_no_call_changes_process_wide_state():
         warnings.simplefilter("ignore", UserWarning)
         rp.attend(q, k, v, _term("alibi", g), backend="flex", compiled=False)
     rp.models.Transformer(rp.models.TransformerConfig("t5"), seed=3)
-    rp.schemes.t5.benchmark_module(2, 8, 32)  # builds a Hugging Face module from a seeded fork of the RNG
+    rp.oracles.t5.benchmark_module(2, 8, 32)  # builds a Hugging Face module from a seeded fork of the RNG
     after = (torch.get_num_threads(), cfg.recompile_limit, torch.random.get_rng_state())
     assert before[:2] == after[:2] and torch.equal(before[2], after[2])

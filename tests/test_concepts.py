@@ -56,14 +56,14 @@ def test_rope_rotation_shows_equal_scores_for_equal_offsets():
 
 
 def test_emd_flow_reads_the_module():
-    config = rp.schemes.deberta.DisentangledConfig(hidden_size=16, num_heads=2,
+    config = rp.oracles.deberta.DisentangledConfig(hidden_size=16, num_heads=2,
                                                    max_relative_positions=4)
-    last = rp.schemes.deberta.DisentangledLayer(config)
-    shared = rp.schemes.deberta.EnhancedMaskDecoder(config, layer=last, num_steps=3)
+    last = rp.oracles.deberta.DisentangledLayer(config)
+    shared = rp.oracles.deberta.EnhancedMaskDecoder(config, layer=last, num_steps=3)
     texts = [a.text for a in concepts.emd_flow(shared, last).layout.annotations]
     assert sum("same weights" in t for t in texts) == 3  # one box per step
     assert any("I<sub>3</sub>" in t for t in texts)
-    own = rp.schemes.deberta.EnhancedMaskDecoder(config, num_steps=1)
+    own = rp.oracles.deberta.EnhancedMaskDecoder(config, num_steps=1)
     texts = [a.text for a in concepts.emd_flow(own, last).layout.annotations]
     assert any("own weights" in t for t in texts)
 

@@ -14,8 +14,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from relpos_core.oracles import deberta as deberta_oracle
 from relpos_core.schemes import deberta as db
-from tests.references_deberta import ref_c2p_p2c, ref_delta, ref_emd
+from tests.references.deberta import ref_c2p_p2c, ref_delta, ref_emd
 
 transformers = pytest.importorskip("transformers")
 from transformers import DebertaV2Config  # noqa: E402
@@ -39,7 +40,7 @@ def _hf_config(D=32, H=4, mrp=16, pb=-1, share=True, pos_att_type=("c2p", "p2c")
 
 
 def _config(D=32, H=4, mrp=16, pb=-1, share=True, pos_att_type=("c2p", "p2c"), **kw):
-    return db.DisentangledConfig(
+    return deberta_oracle.DisentangledConfig(
         hidden_size=D, num_heads=H, max_relative_positions=mrp, position_buckets=pb,
         pos_att_type=pos_att_type, share_att_key=share, intermediate_size=2 * D, **kw,
     )
@@ -93,7 +94,7 @@ def test_seed_relative_position_matrix():
         [4, 3, 2, 1, 0, -1],
         [5, 4, 3, 2, 1, 0],
     ])
-    assert torch.equal(db.build_relative_position(6), seed_6x6)
+    assert torch.equal(deberta_oracle.build_relative_position(6), seed_6x6)
     assert db.SIGN_CONVENTION == "query_minus_key"
 
 
@@ -108,7 +109,7 @@ BUCKET_COMBOS = [(-1, -1), (0, 0), (4, 6), (7, 20), (8, 16), (8, 64), (32, 100),
 def test_build_relative_position_matches_hf(L, bucket_size, max_position):
     x = torch.empty(L, 1)
     expected = hf.build_relative_position(x, x, bucket_size=bucket_size, max_position=max_position)  # (1, L, L)
-    got = db.build_relative_position(L, bucket_size=bucket_size, max_position=max_position)
+    got = deberta_oracle.build_relative_position(L, bucket_size=bucket_size, max_position=max_position)
     assert got.dtype == torch.long and torch.equal(got, expected[0])
 
 
@@ -131,14 +132,14 @@ def test_c2p_p2c_matches_loop_reference(p2c_index, layout, bucketed):
     B, H, Lq, Lk, d, S = 2, 3, 5, 9, 4, 3
     q, k = torch.randn(B, H, Lq, d), torch.randn(B, H, Lk, d)
     pos_key, pos_query = torch.randn(H, 2 * S, d), torch.randn(H, 2 * S, d)  # (H, 2S, d)
-    rel = db.build_relative_position(Lq, Lk, bucket_size=4, max_position=6) if bucketed else db.build_relative_position(Lq, Lk)
+    rel = deberta_oracle.build_relative_position(Lq, Lk, bucket_size=4, max_position=6) if bucketed else deberta_oracle.build_relative_position(Lq, Lk)
     pk, pq = (pos_key, pos_query) if layout == "hsd" else (pos_key.transpose(0, 1), pos_query.transpose(0, 1))
-    c2p, p2c = db.deberta_c2p_p2c(q, k, pk, pq, rel, S, p2c_index=p2c_index)
+    c2p, p2c = deberta_oracle.deberta_c2p_p2c(q, k, pk, pq, rel, S, p2c_index=p2c_index)
     r_c2p, r_p2c = ref_c2p_p2c(q, k, pos_key, pos_query, rel, S, p2c_index)
     torch.testing.assert_close(c2p.double(), r_c2p, atol=ATOL, rtol=0)
     torch.testing.assert_close(p2c.double(), r_p2c, atol=ATOL, rtol=0)
     # float64 in, float64 out: agreement to rounding
-    c64, p64 = db.deberta_c2p_p2c(q.double(), k.double(), pk.double(), pq.double(), rel, S, p2c_index=p2c_index)
+    c64, p64 = deberta_oracle.deberta_c2p_p2c(q.double(), k.double(), pk.double(), pq.double(), rel, S, p2c_index=p2c_index)
     torch.testing.assert_close(c64, r_c2p)
     torch.testing.assert_close(p64, r_p2c)
 
@@ -148,9 +149,9 @@ def test_tables_index_mapping():
     B, H, L, d, S = 1, 2, 7, 4, 2
     q, k = torch.randn(B, H, L, d), torch.randn(B, H, L, d)
     pos_key, pos_query = torch.randn(2 * S, H, d), torch.randn(2 * S, H, d)  # (2S, H, d)
-    c2p_t, p2c_t = db.deberta_c2p_p2c_tables(q, k, pos_key, pos_query)
+    c2p_t, p2c_t = deberta_oracle.deberta_c2p_p2c_tables(q, k, pos_key, pos_query)
     assert c2p_t.shape == (B, H, L, 2 * S) and p2c_t.shape == (B, H, L, 2 * S)
-    c2p, p2c = db.deberta_c2p_p2c(q, k, pos_key, pos_query, db.build_relative_position(L), S)
+    c2p, p2c = deberta_oracle.deberta_c2p_p2c(q, k, pos_key, pos_query, deberta_oracle.build_relative_position(L), S)
     delta = db.deberta_delta_index(L, max_relative_positions=S)  # the paper's delta(i, j)
     for i in range(L):
         for j in range(L):
@@ -164,10 +165,10 @@ def test_code_and_paper_p2c_are_mirror_images():
     H, L, d, S = 2, 6, 4, 8
     k = torch.randn(1, H, L, d)
     pos_query = torch.randn(H, 2 * S, d)
-    rel = db.build_relative_position(L)
-    _, code = db.deberta_c2p_p2c(k, k, pos_query, pos_query, rel, S, p2c_index="code")
-    _, paper = db.deberta_c2p_p2c(k, k, pos_query, pos_query, rel, S, p2c_index="paper")
-    _, code_mirrored = db.deberta_c2p_p2c(k, k, pos_query, pos_query, -rel, S, p2c_index="code")
+    rel = deberta_oracle.build_relative_position(L)
+    _, code = deberta_oracle.deberta_c2p_p2c(k, k, pos_query, pos_query, rel, S, p2c_index="code")
+    _, paper = deberta_oracle.deberta_c2p_p2c(k, k, pos_query, pos_query, rel, S, p2c_index="paper")
+    _, code_mirrored = deberta_oracle.deberta_c2p_p2c(k, k, pos_query, pos_query, -rel, S, p2c_index="code")
     assert torch.equal(paper, code_mirrored)
     assert not torch.allclose(code, paper)
 
@@ -198,7 +199,7 @@ ATTN_CASES = [
 def test_disentangled_attention_matches_hf(share, pb, pos_att_type, mrp, L):
     torch.manual_seed(0)
     ref = hf.DisentangledSelfAttention(_hf_config(mrp=mrp, pb=pb, share=share, pos_att_type=pos_att_type)).eval()
-    ours = db.DisentangledSelfAttention(_config(mrp=mrp, pb=pb, share=share, pos_att_type=pos_att_type))
+    ours = deberta_oracle.DisentangledSelfAttention(_config(mrp=mrp, pb=pb, share=share, pos_att_type=pos_att_type))
     ours.load_state_dict(ref.state_dict())  # strict: parameter names match HF's
     B = 2
     x = torch.randn(B, L, 32)
@@ -224,7 +225,7 @@ def test_disentangled_attention_matches_hf(share, pb, pos_att_type, mrp, L):
 def test_layer_with_query_states_matches_hf(pb):
     torch.manual_seed(3)
     ref = hf.DebertaV2Layer(_hf_config(pb=pb)).eval()
-    ours = db.DisentangledLayer(_config(pb=pb))
+    ours = deberta_oracle.DisentangledLayer(_config(pb=pb))
     ours.load_state_dict(ref.state_dict())
     B, L = 2, 20
     x, query = torch.randn(B, L, 32), torch.randn(B, L, 32)
@@ -242,8 +243,8 @@ def test_encoder_stack_with_shared_relative_embeddings_matches_hf(pb):
     torch.manual_seed(4)
     ref = hf.DebertaV2Encoder(_hf_config(pb=pb, norm_rel_ebd="layer_norm")).eval()
     cfg = _config(pb=pb, norm_rel_ebd=True)
-    table = db.RelativeEmbeddings(cfg)
-    layers = torch.nn.ModuleList([db.DisentangledLayer(cfg) for _ in range(2)])
+    table = deberta_oracle.RelativeEmbeddings(cfg)
+    layers = torch.nn.ModuleList([deberta_oracle.DisentangledLayer(cfg) for _ in range(2)])
     sd = ref.state_dict()
     table.load_state_dict({n: sd[n] for n in ("rel_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias")})
     layers.load_state_dict({n[len("layer."):]: t for n, t in sd.items() if n.startswith("layer.")})
@@ -266,7 +267,7 @@ def test_encoder_stack_with_shared_relative_embeddings_matches_hf(pb):
 def test_unequal_lengths():
     # query rows are independent: queries = the last Lq tokens (the one rule) give the last Lq rows
     torch.manual_seed(5)
-    ours = db.DisentangledSelfAttention(_config(pb=8))
+    ours = deberta_oracle.DisentangledSelfAttention(_config(pb=8))
     x = torch.randn(2, 24, 32)
     rel_emb = torch.randn(16, 32)
     with torch.no_grad():
@@ -276,14 +277,14 @@ def test_unequal_lengths():
     # HF: with c2p only, unequal lengths work; HF puts the queries first (positions 0 .. Lq - 1), so we
     # pass that placement explicitly and agree
     ref = hf.DisentangledSelfAttention(_hf_config(share=False, pos_att_type=("c2p",))).eval()
-    ours_c2p = db.DisentangledSelfAttention(_config(share=False, pos_att_type=("c2p",)))
+    ours_c2p = deberta_oracle.DisentangledSelfAttention(_config(share=False, pos_att_type=("c2p",)))
     ours_c2p.load_state_dict(ref.state_dict())
     rel_emb = torch.randn(32, 32)
     q = x[:, :7]
     with torch.no_grad():
         expected = ref(x, torch.ones(2, 1, 7, 24), query_states=q, rel_embeddings=rel_emb)[0]
         got = ours_c2p(x, None, rel_emb, query_states=q,
-                       relative_pos=db.build_relative_position(7, 24, query_offset=0))
+                       relative_pos=deberta_oracle.build_relative_position(7, 24, query_offset=0))
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
     # HF 5.24's p2c path builds (Lk, Lk) offsets and fails on Lq != Lk: we document, not copy
     if transformers.__version__.startswith("5.24"):
@@ -297,9 +298,9 @@ def test_unequal_lengths():
 
 def _emd(seed=6, mrp=4):
     torch.manual_seed(seed)
-    cfg = db.DisentangledConfig(hidden_size=16, num_heads=2, max_relative_positions=mrp, intermediate_size=32,
+    cfg = deberta_oracle.DisentangledConfig(hidden_size=16, num_heads=2, max_relative_positions=mrp, intermediate_size=32,
                                 max_position_embeddings=64)
-    emd = db.EnhancedMaskDecoder(cfg)
+    emd = deberta_oracle.EnhancedMaskDecoder(cfg)
     with torch.no_grad():  # non-trivial LayerNorm and biases
         for name, p in emd.named_parameters():
             if "LayerNorm.weight" in name:
@@ -318,7 +319,7 @@ def test_emd_matches_float64_formula():
     pos = torch.tensor([[3, 4, 5, 6, 7, 8, 9], [0, 1, 2, 3, 4, 5, 6]])
     with torch.no_grad():
         got = emd(x, mask4, rel_emb, position_ids=pos)
-    expected = ref_emd(emd.state_dict(), x, pos, rel_emb, db.build_relative_position(L), cfg.att_span, 2,
+    expected = ref_emd(emd.state_dict(), x, pos, rel_emb, deberta_oracle.build_relative_position(L), cfg.att_span, 2,
                        cfg.layer_norm_eps, mask=mask4[:, 0].bool())
     torch.testing.assert_close(got.double(), expected, atol=ATOL, rtol=0)
 
@@ -327,7 +328,7 @@ def test_emd_matches_float64_formula():
 @given(shift=st.integers(1, 40), start=st.integers(0, 10))
 def test_emd_sees_absolute_positions_relative_layers_do_not(shift, start):
     cfg, emd = _emd()
-    layer = db.DisentangledLayer(cfg)
+    layer = deberta_oracle.DisentangledLayer(cfg)
     L = 6
     x = torch.randn(1, L, 16)
     rel_emb = torch.randn(2 * cfg.att_span, 16)
@@ -369,7 +370,7 @@ def test_two_token_sign(k, gap):
     rows = torch.arange(2 * k, dtype=torch.float64).view(1, 2 * k, 1)  # (H=1, 2k, d=1)
     q = torch.ones(1, 1, 2, 1, dtype=torch.float64)
     pos = torch.tensor([gap, 0])  # token 0 is the query at position gap, token 1 the key at 0
-    c2p, _ = db.deberta_c2p_p2c(q, q, rows, rows, pos[:, None] - pos[None, :], k)
+    c2p, _ = deberta_oracle.deberta_c2p_p2c(q, q, rows, rows, pos[:, None] - pos[None, :], k)
     assert c2p[0, 0, 0, 1] > k > c2p[0, 0, 1, 0]
 
 
@@ -384,8 +385,8 @@ def test_scores_shift_invariant(N, data, S, bucketed):
     q, k = torch.randn(1, 2, N, 4, generator=g), torch.randn(1, 2, N, 4, generator=g)
     pk, pq = torch.randn(2, 2 * S, 4, generator=g), torch.randn(2, 2 * S, 4, generator=g)
     kw = dict(bucket_size=4, max_position=6) if bucketed else {}
-    full = db.deberta_c2p_p2c(q, k, pk, pq, db.build_relative_position(N, **kw), S, pos_layout="hsd")
-    win = db.deberta_c2p_p2c(q[..., s:s + L, :], k[..., s:s + L, :], pk, pq, db.build_relative_position(L, **kw), S,
+    full = deberta_oracle.deberta_c2p_p2c(q, k, pk, pq, deberta_oracle.build_relative_position(N, **kw), S, pos_layout="hsd")
+    win = deberta_oracle.deberta_c2p_p2c(q[..., s:s + L, :], k[..., s:s + L, :], pk, pq, deberta_oracle.build_relative_position(L, **kw), S,
                              pos_layout="hsd")  # (H, 2S, d); explicit because 2S == H happens here
     for f, w in zip(full, win):
         torch.testing.assert_close(f[..., s:s + L, s:s + L], w, atol=1e-6, rtol=1e-6)  # matmul blocking differs
@@ -411,7 +412,7 @@ def test_log_buckets_monotone_odd_and_saturating(half, extra):
 
 
 def _attn():
-    return db.DisentangledSelfAttention(_config())
+    return deberta_oracle.DisentangledSelfAttention(_config())
 
 
 @pytest.mark.parametrize(
@@ -420,16 +421,16 @@ def _attn():
         (lambda: db.deberta_delta_index(4, max_relative_positions=0), "max_relative_positions"),
         (lambda: db.deberta_delta_index(0, max_relative_positions=4), "query_len"),
         (lambda: db.deberta_delta_index(3, 0, max_relative_positions=4), "key_len"),
-        (lambda: db.build_relative_position(4, bucket_size=8, max_position=-1), "bucket_size"),
-        (lambda: db.build_relative_position(4, bucket_size=8, max_position=5), "max_position"),
-        (lambda: db.build_relative_position(4, bucket_size=1, max_position=10), "bucket_size"),
+        (lambda: deberta_oracle.build_relative_position(4, bucket_size=8, max_position=-1), "bucket_size"),
+        (lambda: deberta_oracle.build_relative_position(4, bucket_size=8, max_position=5), "max_position"),
+        (lambda: deberta_oracle.build_relative_position(4, bucket_size=1, max_position=10), "bucket_size"),
         (lambda: db.make_log_bucket_position(torch.zeros(3), 8, 16), "relative_pos"),
         (lambda: db.make_log_bucket_position(torch.zeros(3, dtype=torch.long), -1, -1), "bucket_size"),
-        (lambda: db.DisentangledConfig(hidden_size=30, num_heads=4), "num_heads"),
-        (lambda: db.DisentangledConfig(max_relative_positions=0), "max_relative_positions"),
-        (lambda: db.DisentangledConfig(max_relative_positions=8, position_buckets=16), "max_position"),
-        (lambda: db.DisentangledConfig(pos_att_type=("p2p",)), "pos_att_type"),
-        (lambda: db.DisentangledConfig(pos_att_type=("c2p", "c2p")), "pos_att_type"),
+        (lambda: deberta_oracle.DisentangledConfig(hidden_size=30, num_heads=4), "num_heads"),
+        (lambda: deberta_oracle.DisentangledConfig(max_relative_positions=0), "max_relative_positions"),
+        (lambda: deberta_oracle.DisentangledConfig(max_relative_positions=8, position_buckets=16), "max_position"),
+        (lambda: deberta_oracle.DisentangledConfig(pos_att_type=("p2p",)), "pos_att_type"),
+        (lambda: deberta_oracle.DisentangledConfig(pos_att_type=("c2p", "c2p")), "pos_att_type"),
         (lambda: _attn()(torch.randn(1, 5, 32), None, torch.randn(30, 32)), "rel_embeddings"),
         (lambda: _attn()(torch.randn(1, 5, 32), None, torch.randn(32, 16)), "rel_embeddings"),
         (lambda: _attn()(torch.randn(5, 32), None, torch.randn(32, 32)), "hidden_states"),
@@ -437,15 +438,15 @@ def _attn():
         (lambda: _attn()(torch.randn(1, 5, 32), torch.ones(1, 4), torch.randn(32, 32)), "attention_mask"),
         (lambda: _attn()(torch.randn(1, 5, 32), None, torch.randn(32, 32), query_states=torch.randn(2, 5, 32)), "query_states"),
         (lambda: _attn()(torch.randn(1, 5, 32), None, torch.randn(32, 32), relative_pos=torch.zeros(5, 4, dtype=torch.long)), "relative_pos"),
-        (lambda: db.deberta_c2p_p2c(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.zeros(3, 3, dtype=torch.long), 0), "att_span"),
-        (lambda: db.deberta_c2p_p2c(torch.randn(2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.zeros(3, 3, dtype=torch.long), 3), "q"),
-        (lambda: db.deberta_c2p_p2c(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.zeros(3, 3), 3), "relative_pos"),
-        (lambda: db.deberta_c2p_p2c(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 8, 4), torch.randn(2, 8, 4), torch.zeros(3, 3, dtype=torch.long), 3), "pos_key"),
-        (lambda: db.deberta_c2p_p2c(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.zeros(3, 3, dtype=torch.long), 3, p2c_index="x"), "p2c_index"),
-        (lambda: db.deberta_c2p_p2c_tables(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 2, 4), torch.randn(2, 2, 4)), "pos_layout"),
-        (lambda: db.deberta_c2p_p2c_tables(torch.randn(1, 2, 3, 4), torch.randn(1, 3, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4)), "k"),
-        (lambda: db.EnhancedMaskDecoder(_config(), num_steps=0), "num_steps"),
-        (lambda: db.EnhancedMaskDecoder(_config())(torch.randn(1, 3, 32), None, torch.randn(32, 32), position_ids=torch.tensor([0, 1, 512])), "position_ids"),
+        (lambda: deberta_oracle.deberta_c2p_p2c(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.zeros(3, 3, dtype=torch.long), 0), "att_span"),
+        (lambda: deberta_oracle.deberta_c2p_p2c(torch.randn(2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.zeros(3, 3, dtype=torch.long), 3), "q"),
+        (lambda: deberta_oracle.deberta_c2p_p2c(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.zeros(3, 3), 3), "relative_pos"),
+        (lambda: deberta_oracle.deberta_c2p_p2c(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 8, 4), torch.randn(2, 8, 4), torch.zeros(3, 3, dtype=torch.long), 3), "pos_key"),
+        (lambda: deberta_oracle.deberta_c2p_p2c(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.zeros(3, 3, dtype=torch.long), 3, p2c_index="x"), "p2c_index"),
+        (lambda: deberta_oracle.deberta_c2p_p2c_tables(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 2, 4), torch.randn(2, 2, 4)), "pos_layout"),
+        (lambda: deberta_oracle.deberta_c2p_p2c_tables(torch.randn(1, 2, 3, 4), torch.randn(1, 3, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4)), "k"),
+        (lambda: deberta_oracle.EnhancedMaskDecoder(_config(), num_steps=0), "num_steps"),
+        (lambda: deberta_oracle.EnhancedMaskDecoder(_config())(torch.randn(1, 3, 32), None, torch.randn(32, 32), position_ids=torch.tensor([0, 1, 512])), "position_ids"),
     ],
 )
 def test_validation_names_the_parameter(call, param):
@@ -455,6 +456,6 @@ def test_validation_names_the_parameter(call, param):
 
 @pytest.mark.parametrize("pos_att_type, terms", [(("c2p", "p2c"), 3), (("c2p",), 2), ((), 1)])
 def test_scale_is_sqrt_of_d_times_the_number_of_summed_terms(pos_att_type, terms):
-    cfg = db.DisentangledConfig(hidden_size=32, num_heads=4, max_relative_positions=8, pos_att_type=pos_att_type)
-    layer = db.DisentangledSelfAttention(cfg)
+    cfg = deberta_oracle.DisentangledConfig(hidden_size=32, num_heads=4, max_relative_positions=8, pos_att_type=pos_att_type)
+    layer = deberta_oracle.DisentangledSelfAttention(cfg)
     assert layer.scale == pytest.approx((8 * terms) ** 0.5)  # d_head = 32 / 4 = 8

@@ -49,7 +49,7 @@ def _t5_value(table, bidirectional=True):
 
 
 def test_two_token_test_passes_t5_as_the_checkpoint_computes_it(t5_table):
-    bias = rp.schemes.t5.t5_bias_from_table(t5_table, 2)  # (H, 2, 2)
+    bias = rp.oracles.t5.t5_bias_from_table(t5_table, 2)  # (H, 2, 2)
     result = rp.failures.two_token_sign_test(bias, scheme="t5", value_at_offset=_t5_value(t5_table))
     assert result.passed and not result.swapped and result.verdict == "passed"
     assert result.check() is result
@@ -58,7 +58,7 @@ def test_two_token_test_passes_t5_as_the_checkpoint_computes_it(t5_table):
 @needs_transformers
 def test_two_token_test_with_the_checkpoint_code_as_reference(t5_table):
     """Hugging Face's bucket function (the code T5 checkpoints run with) as value_at_offset."""
-    bias = rp.schemes.t5.t5_bias_from_table(t5_table, 2)  # (H, 2, 2)
+    bias = rp.oracles.t5.t5_bias_from_table(t5_table, 2)  # (H, 2, 2)
     hf_bucket = hf_t5.T5Attention._relative_position_bucket
     rp.failures.two_token_sign_test(
         bias, scheme="t5", value_at_offset=lambda r: t5_table[hf_bucket(torch.tensor(r))]).check()
@@ -78,7 +78,7 @@ def test_a_flip_keeps_translation_invariance_so_a_shift_test_misses_it(t5_table)
     L, s = 10, 3
     right = _t5_bias_with_offsets(t5_table, L, "key_minus_query")
     flipped = _t5_bias_with_offsets(t5_table, L, "query_minus_key")
-    torch.testing.assert_close(right, rp.schemes.t5.t5_bias_from_table(t5_table, L))
+    torch.testing.assert_close(right, rp.oracles.t5.t5_bias_from_table(t5_table, L))
     torch.testing.assert_close(flipped, right.transpose(-1, -2))  # past and future exchanged
     for bias in (right, flipped):  # both depend on the offset only
         torch.testing.assert_close(bias[:, s:, s:], bias[:, :-s, :-s])
@@ -113,7 +113,7 @@ def test_two_token_test_refuses_a_reference_it_cannot_fail():
 
 
 def test_two_token_test_reports_other_bugs_as_wrong_values(t5_table):
-    bias = rp.schemes.t5.t5_bias_from_table(t5_table, 2) + 1.0
+    bias = rp.oracles.t5.t5_bias_from_table(t5_table, 2) + 1.0
     result = rp.failures.two_token_sign_test(bias, scheme="t5", value_at_offset=_t5_value(t5_table))
     assert not result.passed and not result.swapped and result.verdict == "wrong values"
 
@@ -140,7 +140,7 @@ def test_two_token_test_validates_its_arguments(kwargs, match):
 
 def _per_layer_stack(config):
     """The mistake: every block owns a table and computes its own bias."""
-    t5 = rp.schemes.t5
+    t5 = rp.oracles.t5
 
     class PerLayerBiasStack(t5.T5EncoderStack):
         def __init__(self, cfg):
@@ -166,7 +166,7 @@ def test_bias_per_layer_breaks_loading_a_t5_checkpoint():
     ids = torch.randint(0, 64, (2, 9))
     want = hf(input_ids=ids).last_hidden_state
 
-    config = rp.schemes.t5.T5Config(**sizes)
+    config = rp.oracles.t5.T5Config(**sizes)
     wrong = _per_layer_stack(config).eval()
     missing = [f"block.{i}.layer.0.SelfAttention.relative_attention_bias.weight" for i in (1, 2)]
     with pytest.raises(RuntimeError, match="Missing key"):
@@ -179,7 +179,7 @@ def test_bias_per_layer_breaks_loading_a_t5_checkpoint():
     assert len(rp.failures.bias_table_names(wrong)) == 3
     assert (wrong(ids) - want).abs().max() > 1e-2  # loads "fine", computes something else
 
-    right = rp.schemes.t5.T5EncoderStack(config).eval()
+    right = rp.oracles.t5.T5EncoderStack(config).eval()
     report = right.load_state_dict(checkpoint, strict=True)
     assert report.missing_keys == [] and report.unexpected_keys == []
     assert rp.failures.bias_table_names(right) == ["block.0.layer.0.SelfAttention.relative_attention_bias.weight"]

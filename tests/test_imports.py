@@ -24,6 +24,7 @@ LAYERS = [
     ("pieces", ["relpos_core.offsets", "relpos_core.terms"]),
     ("kernels", ["relpos_core.kernels", "relpos_core.kernels.*"]),
     ("schemes", ["relpos_core.schemes", "relpos_core.schemes.*"]),
+    ("oracles", ["relpos_core.oracles", "relpos_core.oracles.*"]),
     ("registry", ["relpos_core.registry"]),
     ("measure", ["relpos_core.measure", "relpos_core.measure.*"]),
     ("attend", ["relpos_core.attend"]),

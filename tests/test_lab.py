@@ -2,6 +2,8 @@
 solve criterion, statistics (paired differences, intervals, verdicts), determinism, CLI, Ctrl-C."""
 from __future__ import annotations
 
+import copy
+
 import json
 import math
 from dataclasses import replace
@@ -436,6 +438,22 @@ def tiny_results(tmp_path_factory):
     return out, R.load_results(out / "lab-tiny.json")
 
 
+
+def test_the_declared_lab_tasks_exist_and_a_new_scheme_is_in_the_full_preset():
+    """Every task a declaration names is one of the lab's language tasks (a misspelt task would train
+    nothing, silently); a scheme declared with the default Lab trains on retrieval_gap in the full preset."""
+    from relpos_core.lab import presets
+
+    for name in rp.schemes.names():
+        unknown = set(rp.schemes.lookup(name).lab.tasks) - set(presets._CAUSAL)
+        assert not unknown, f"{name} declares lab tasks {sorted(unknown)}; the lab has {sorted(presets._CAUSAL)}"
+    assert rp.schemes.Lab().tasks == ("retrieval_gap",)
+    full = {r.run_id for r in get_preset("full").runs}
+    for name in presets.MAIN_SCHEMES:
+        for task in rp.schemes.lookup(name).lab.tasks:
+            if name in presets.schemes_for(presets._CAUSAL[task]):
+                assert f"{task}/{name}" in full
+
 @pytest.mark.slow
 def test_cli_pipeline_end_to_end_on_the_tiny_preset(tiny_results):
     out, res = tiny_results
@@ -454,7 +472,12 @@ def test_cli_pipeline_end_to_end_on_the_tiny_preset(tiny_results):
         first = R.result(r, setup.probes[0].name)
         assert 0.0 <= first["accuracy"] <= 1.0 and first["labels"] > 0 and 0 <= first["floor"] <= 1
         assert sum(t for _, t in first["by_detail"].values()) == first["labels"]
-        assert set(r["budgets"]["4"].get("eval", {}) or R.result(r, setup.probes[0].name, 4)) is not None
+        four = r["budgets"]["4"]  # evaluated again, or the same model as budget 1 (solved or stopped there)
+        if "eval" in four:
+            assert set(four["eval"]) == {probe.name for probe in setup.probes}
+        else:
+            assert four["eval_of"] == "1" and "eval" in r["budgets"]["1"]
+            assert R.result(r, setup.probes[0].name, 4) is r["budgets"]["1"]["eval"][setup.probes[0].name]
     for task in tiny.tasks:
         assert (out / f"lab-tiny-{task}.png").stat().st_size > 1000
     assert not (out / "lab-tiny.json.partial.jsonl").exists()
@@ -475,8 +498,26 @@ def test_results_tables_and_figures(tiny_results):
     assert len(lab.figures.position_figure(res).static_figure().frames) == 2
     assert len(lab.figures.parts_figure(res, "marker").static_figure().frames) == 2
     assert lab.figures.steps_figure(res, "marker").data
+    # paired differences need two seeds: a second seed made from the first, Shaw's accuracy lowered by 0.25
+    two = copy.deepcopy(res)
+    for r in [r for r in res["runs"] if r["run_id"] in ("marker/shaw", "marker/t5")]:
+        again = copy.deepcopy(r)
+        again["seed"] = 1
+        if r["run_id"] == "marker/shaw":
+            for b in again["budgets"].values():
+                for e in b.get("eval", {}).values():
+                    e["accuracy"] -= 0.25
+        two["runs"].append(again)
     comparisons = [("Shaw − T5, marker", "marker/shaw", "marker/t5", "L32")]
-    assert lab.figures.paired_figure(res, comparisons) is not None
+    fig = lab.figures.paired_figure(two, comparisons)
+    assert len(fig.data) == len(R.lrs(two)) * len(R.budgets(two))  # one trace per (learning rate, budget)
+    assert list(fig.layout.yaxis.ticktext) == ["Shaw − T5, marker"]
+    for trace in fig.data:  # the mean over the two seeds of Shaw - T5, at the training probe (no solve filter)
+        lr = float(trace.name.split()[1].rstrip(","))
+        budget = 1 if trace.name.endswith(", the cap") else int(trace.name.split(", ")[1].split("x")[0])
+        a, b = (R.values(two, run, "L32", budget=budget, lr=lr) for run in ("marker/shaw", "marker/t5"))
+        want = sum(a[key] - b[key] for key in a) / len(a)
+        assert len(a) == 2 and len(trace.x) == 1 and trace.x[0] == pytest.approx(want)
     assert lab.figures.label("shaw-1layer") == f"{rp.schemes.lookup('shaw').display}, one layer"
     with pytest.raises(ValueError, match="run_id must be one of"):
         R.records(res, "marker/xpos")

@@ -98,7 +98,7 @@ def test_a_dense_fp32_bias_of_16_heads_at_16384_is_16_gib():
 def test_builders_are_guarded():
     with memory_budget(MiB):
         for call in (lambda: rp.relative_offsets(4096), lambda: rp.schemes.alibi.alibi_bias(8, 2048),
-                     lambda: rp.schemes.t5.t5_bias_from_table(torch.randn(32, 8), 2048),
+                     lambda: rp.oracles.t5.t5_bias_from_table(torch.randn(32, 8), 2048),
                      lambda: rp.attention_weights(torch.randn(1, 1, 2048, 8), torch.randn(1, 1, 2048, 8))):
             with pytest.raises(MemoryBudgetError):
                 call()

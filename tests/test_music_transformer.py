@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from relpos_core.kernels import skew as sk
 from relpos_core.schemes import music_transformer as mt
-from tests.loop_references import music_relative_logits_ref
+from tests.references.music_transformer import music_relative_logits_ref
 
 F64 = dict(rtol=0, atol=1e-10)
 F32 = dict(rtol=1e-5, atol=1e-5)

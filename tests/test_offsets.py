@@ -83,6 +83,6 @@ def test_alibi_and_t5_biases_after_eviction_are_the_kept_columns():
     alibi_step = rp.schemes.alibi.alibi_bias(8, 1, query_offset=n, key_positions=kept)  # (H, 1, K)
     torch.testing.assert_close(alibi_step[:, 0], alibi_full[:, n, kept])
     table = torch.randn(32, 4)
-    t5_full = rp.schemes.t5.t5_bias_from_table(table, n + 1)
-    t5_step = rp.schemes.t5.t5_bias_from_table(table, 1, query_offset=n, key_positions=kept)
+    t5_full = rp.oracles.t5.t5_bias_from_table(table, n + 1)
+    t5_step = rp.oracles.t5.t5_bias_from_table(table, 1, query_offset=n, key_positions=kept)
     torch.testing.assert_close(t5_step[:, 0], t5_full[:, n, kept])

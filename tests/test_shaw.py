@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relpos_core.schemes import shaw
-from tests.loop_references import bert_relative_attention_ref, shaw_attention_ref, shaw_clip_ref
+from tests.references.shaw import bert_relative_attention_ref, shaw_attention_ref, shaw_clip_ref
 
 F64 = dict(rtol=0, atol=1e-10)
 F32 = dict(rtol=1e-5, atol=1e-5)

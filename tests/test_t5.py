@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from relpos_core.oracles import t5 as t5_oracle
 from relpos_core.schemes import t5
 
 transformers = pytest.importorskip("transformers")
@@ -183,8 +184,8 @@ def test_two_token_sign(cfg, q, gap):
 
 def test_causal_attention_ignores_later_key():
     torch.manual_seed(0)
-    cfg = t5.T5Config(d_model=16, d_kv=4, num_heads=2, num_layers=1, d_ff=8, vocab_size=10, causal=True)
-    attn = t5.T5Attention(cfg, has_relative_attention_bias=True).eval()
+    cfg = t5_oracle.T5Config(d_model=16, d_kv=4, num_heads=2, num_layers=1, d_ff=8, vocab_size=10, causal=True)
+    attn = t5_oracle.T5Attention(cfg, has_relative_attention_bias=True).eval()
     x = torch.randn(1, 3, 16)
     y = x.clone()
     y[0, 2] += 5.0  # change only the key after query 1
@@ -201,8 +202,8 @@ def test_shift_invariance(shift, L, bidirectional):
     on the shifted window, hence the same attention."""
     g = torch.Generator().manual_seed(shift)
     table = torch.randn(32, 3, generator=g)
-    base = t5.t5_bias_from_table(table, L, bidirectional=bidirectional)
-    shifted = t5.t5_bias_from_table(table, L, shift + L, bidirectional=bidirectional, query_offset=shift)
+    base = t5_oracle.t5_bias_from_table(table, L, bidirectional=bidirectional)
+    shifted = t5_oracle.t5_bias_from_table(table, L, shift + L, bidirectional=bidirectional, query_offset=shift)
     torch.testing.assert_close(shifted[:, :, shift:], base, rtol=0, atol=0)
     scores = torch.randn(3, L, L, generator=g)
     torch.testing.assert_close((scores + shifted[:, :, shift:]).softmax(-1), (scores + base).softmax(-1), **TOL)
@@ -219,7 +220,7 @@ def _hf_config(is_decoder, num_buckets=32, max_distance=128, num_layers=1, attn=
 
 
 def _ours_config(hf_cfg):
-    return t5.T5Config(d_model=hf_cfg.d_model, d_kv=hf_cfg.d_kv, num_heads=hf_cfg.num_heads, d_ff=hf_cfg.d_ff,
+    return t5_oracle.T5Config(d_model=hf_cfg.d_model, d_kv=hf_cfg.d_kv, num_heads=hf_cfg.num_heads, d_ff=hf_cfg.d_ff,
                        num_layers=hf_cfg.num_layers, num_buckets=hf_cfg.relative_attention_num_buckets,
                        max_distance=hf_cfg.relative_attention_max_distance, is_decoder=hf_cfg.is_decoder,
                        vocab_size=hf_cfg.vocab_size, layer_norm_eps=hf_cfg.layer_norm_epsilon)
@@ -234,10 +235,10 @@ def test_bias_equals_hf_compute_bias(is_decoder, num_buckets, max_distance, quer
                            layer_idx=0)
     theirs = hf.compute_bias(query_len, key_len, past_seen_tokens=offset)[0]  # (H, Lq, Lk)
     table = hf.relative_attention_bias.weight.detach()
-    ours = t5.t5_bias_from_table(table, query_len, key_len, bidirectional=not is_decoder,
+    ours = t5_oracle.t5_bias_from_table(table, query_len, key_len, bidirectional=not is_decoder,
                                  max_distance=max_distance, query_offset=offset)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
-    mod = t5.T5RelativeBias(num_buckets, 4, bidirectional=not is_decoder, max_distance=max_distance)
+    mod = t5_oracle.T5RelativeBias(num_buckets, 4, bidirectional=not is_decoder, max_distance=max_distance)
     mod.load_state_dict(hf.relative_attention_bias.state_dict())
     torch.testing.assert_close(mod.compute_bias(query_len, key_len, query_offset=offset), theirs, rtol=0, atol=0)
 
@@ -247,7 +248,7 @@ def test_attention_equals_hf(is_decoder):
     torch.manual_seed(2)
     hf_cfg = _hf_config(is_decoder)
     hf = hf_t5.T5Attention(hf_cfg, has_relative_attention_bias=True, layer_idx=0).eval()
-    ours = t5.T5Attention(_ours_config(hf_cfg), has_relative_attention_bias=True).eval()
+    ours = t5_oracle.T5Attention(_ours_config(hf_cfg), has_relative_attention_bias=True).eval()
     ours.load_state_dict(hf.state_dict(), strict=True)
     B, L = 2, 11
     x = torch.randn(B, L, hf_cfg.d_model)
@@ -262,7 +263,7 @@ def test_attention_equals_hf(is_decoder):
         torch.testing.assert_close(bias, hf_bias[0], **TOL)
         # a later layer without a table reuses the first layer's bias
         hf2 = hf_t5.T5Attention(hf_cfg, has_relative_attention_bias=False, layer_idx=1).eval()
-        ours2 = t5.T5Attention(_ours_config(hf_cfg), has_relative_attention_bias=False).eval()
+        ours2 = t5_oracle.T5Attention(_ours_config(hf_cfg), has_relative_attention_bias=False).eval()
         ours2.load_state_dict(hf2.state_dict(), strict=True)
         assert not hasattr(ours2, "relative_attention_bias")
         torch.testing.assert_close(ours2(x, position_bias=bias)[0], hf2(x, mask=mask, position_bias=hf_bias)[0],
@@ -274,7 +275,7 @@ def test_encoder_stack_loads_hf_state_dict_and_matches(attn):
     torch.manual_seed(3)
     hf_cfg = _hf_config(False, num_layers=3, attn=attn)
     hf = transformers.T5EncoderModel(hf_cfg).eval()
-    ours = t5.T5EncoderStack(_ours_config(hf.config)).eval()
+    ours = t5_oracle.T5EncoderStack(_ours_config(hf.config)).eval()
     result = ours.load_state_dict(hf.encoder.state_dict(), strict=True)
     assert not result.missing_keys and not result.unexpected_keys
     assert set(ours.state_dict()) == set(hf.encoder.state_dict())
@@ -319,40 +320,40 @@ def test_bucket_rejects_non_integer_tensor(bad):
 def test_bias_from_table_validation():
     table = torch.randn(32, 4)
     with pytest.raises(ValueError, match="table"):
-        t5.t5_bias_from_table(table[0], 4)  # wrong rank
+        t5_oracle.t5_bias_from_table(table[0], 4)  # wrong rank
     with pytest.raises(ValueError, match="table"):
-        t5.t5_bias_from_table(torch.zeros(32, 4, dtype=torch.long), 4)  # wrong dtype
+        t5_oracle.t5_bias_from_table(torch.zeros(32, 4, dtype=torch.long), 4)  # wrong dtype
     with pytest.raises(ValueError, match="num_heads"):
-        t5.t5_bias_from_table(table, 4, num_heads=8)  # head count does not match the table
+        t5_oracle.t5_bias_from_table(table, 4, num_heads=8)  # head count does not match the table
     with pytest.raises(ValueError, match="num_buckets"):
-        t5.t5_bias_from_table(torch.randn(31, 4), 4)
+        t5_oracle.t5_bias_from_table(torch.randn(31, 4), 4)
     with pytest.raises(ValueError, match="max_distance"):
-        t5.t5_bias_from_table(table, 4, max_distance=8)
+        t5_oracle.t5_bias_from_table(table, 4, max_distance=8)
     with pytest.raises(ValueError, match="query_len"):
-        t5.t5_bias_from_table(table, 0)
+        t5_oracle.t5_bias_from_table(table, 0)
     with pytest.raises(ValueError, match="key_len"):
-        t5.t5_bias_from_table(table, 3, -1)
+        t5_oracle.t5_bias_from_table(table, 3, -1)
     with pytest.raises(ValueError, match="query_offset"):
-        t5.t5_bias_from_table(table, 3, query_offset=1.5)
+        t5_oracle.t5_bias_from_table(table, 3, query_offset=1.5)
 
 
 def test_config_and_module_validation():
     with pytest.raises(ValueError, match="num_heads"):
-        t5.T5Config(num_heads=0)
+        t5_oracle.T5Config(num_heads=0)
     with pytest.raises(ValueError, match="d_model"):
-        t5.T5Config(d_model=-1)
+        t5_oracle.T5Config(d_model=-1)
     with pytest.raises(ValueError, match="num_buckets"):
-        t5.T5Config(num_buckets=33)  # odd, encoder
-    assert t5.T5Config(num_buckets=33, causal=True).is_decoder  # odd is fine for a decoder
+        t5_oracle.T5Config(num_buckets=33)  # odd, encoder
+    assert t5_oracle.T5Config(num_buckets=33, causal=True).is_decoder  # odd is fine for a decoder
     with pytest.raises(ValueError, match="max_distance"):
-        t5.T5Config(max_distance=8)
+        t5_oracle.T5Config(max_distance=8)
     with pytest.raises(ValueError, match="causal"):
-        t5.T5Config(is_decoder=True, causal=False)
-    assert t5.T5Config(is_decoder=True).causal and t5.T5Config(causal=True).is_decoder
+        t5_oracle.T5Config(is_decoder=True, causal=False)
+    assert t5_oracle.T5Config(is_decoder=True).causal and t5_oracle.T5Config(causal=True).is_decoder
     with pytest.raises(ValueError, match="num_heads"):
-        t5.T5RelativeBias(32, 0)
-    cfg = t5.T5Config(d_model=8, d_kv=2, num_heads=4, d_ff=8, num_layers=1, vocab_size=5)
-    attn = t5.T5Attention(cfg, True)
+        t5_oracle.T5RelativeBias(32, 0)
+    cfg = t5_oracle.T5Config(d_model=8, d_kv=2, num_heads=4, d_ff=8, num_layers=1, vocab_size=5)
+    attn = t5_oracle.T5Attention(cfg, True)
     with pytest.raises(ValueError, match="hidden_states"):
         attn(torch.randn(2, 3, 9))
     with pytest.raises(ValueError, match="position_bias"):
@@ -360,4 +361,4 @@ def test_config_and_module_validation():
     with pytest.raises(ValueError, match="attention_mask"):
         attn(torch.randn(2, 3, 8), attention_mask=torch.ones(2, 4))
     with pytest.raises(ValueError, match="input_ids"):
-        t5.T5EncoderStack(cfg)(torch.randn(2, 3))
+        t5_oracle.T5EncoderStack(cfg)(torch.randn(2, 3))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from relpos_core.kernels import skew as sk
 from relpos_core.schemes import transformer_xl as txl
-from tests.loop_references import transformer_xl_attention_ref, transformer_xl_sinusoid_ref, transformer_xl_terms_ref
+from tests.references.transformer_xl import transformer_xl_attention_ref, transformer_xl_sinusoid_ref, transformer_xl_terms_ref
 
 F64 = dict(rtol=0, atol=1e-10)
 F32 = dict(rtol=1e-5, atol=1e-5)

@@ -195,8 +195,8 @@ def _module(scheme: str, preset: dict, device, dtype=torch.float32, generator=No
     key = (scheme, preset["H"], preset["d"], preset["size"], str(device), str(dtype))
     if key not in _MODULES:
         k = distance_parameter(scheme, preset, max(preset["lengths"]))
-        _MODULES[key] = schemes.SCHEMES[scheme].benchmark_module(preset["H"], preset["d"], k, device=device,
-                                                                 dtype=dtype, generator=generator)
+        build = schemes.SCHEMES[scheme].load_benchmark_module()
+        _MODULES[key] = build(preset["H"], preset["d"], k, device=device, dtype=dtype, generator=generator)
     return _MODULES[key]
 
 

@@ -2,9 +2,9 @@
 
 Book: "The KV cache" (chapters/07_the_kv_cache.ipynb).
 
-* ``model``: ``Decoder`` (the library's one model, ``relpos_core.models.Transformer``)
-  and ``DecoderConfig``; ``SCHEMES`` (every scheme a decoder can use, from the
-  declarations), ``decode_paths``, ``kept_positions`` (the sink + window rule);
+* ``model``: ``SCHEMES`` (every scheme a decoder can use, from the declarations),
+  ``decode_paths``, ``kept_positions`` (the sink + window rule); the decoder itself is the
+  library's one model, ``relpos_core.models.Transformer``;
 * ``KVCache`` (``relpos_core.cache``): keys and values with sink + window eviction in the
   cache's own position frame (StreamingLLM) or at original positions;
 * ``ledger``: bytes per cached token and per-step work, derived from each scheme's
@@ -23,8 +23,8 @@ from relpos_core.cache import KVCache
 
 from . import bench, ledger, model, plots, scale
 from .ledger import bytes_per_token, cache_bytes, shared_position_bytes, step_work
-from .model import NOT_DECODED, SCHEMES, Decoder, DecoderConfig, decode_paths, kept_positions
+from .model import NOT_DECODED, SCHEMES, decode_paths, kept_positions
 
-__all__ = ["model", "ledger", "bench", "plots", "scale", "Decoder", "DecoderConfig", "KVCache", "SCHEMES",
+__all__ = ["model", "ledger", "bench", "plots", "scale", "KVCache", "SCHEMES",
            "NOT_DECODED", "decode_paths", "kept_positions", "cache_bytes", "shared_position_bytes",
            "bytes_per_token", "step_work"]

@@ -8,7 +8,7 @@ Book: "The KV cache" (chapters/07_the_kv_cache.ipynb).
 For every scheme a decoder can use (``relpos_core.decoding.SCHEMES``, from the scheme
 declarations), every cache layout it decodes with (``ledger.layouts``) and every
 (form, backend) that decodes it (``decode_paths``), at every context length of the preset:
-one ``Decoder`` with the preset's sizes is prefilled to the context length (once per
+one ``Transformer`` with the preset's sizes is prefilled to the context length (once per
 scheme, layout and length, on its default dense path; the cache's contents do not depend
 on the path), then one decode step (one new token attending to the whole cache) is timed
 repeatedly, the cache rolled back after each step (``KVCache.truncate``). The steps of
@@ -43,7 +43,8 @@ from relpos_core.bench import stats as bench_stats
 from relpos_core.budget import MemoryBudgetError
 from relpos_core.cli import integer_in
 from relpos_core.decoding import ledger
-from relpos_core.decoding.model import SCHEMES, Decoder, DecoderConfig, decode_paths
+from relpos_core.decoding.model import SCHEMES, decode_paths
+from relpos_core.models import Transformer, TransformerConfig
 from relpos_core.kernels.forms import BACKENDS
 from relpos_core.measure.profile import batched_cpu_profile
 from relpos_core.measure.timing import burst, interleaved
@@ -159,9 +160,9 @@ def run_decode_benchmark(preset: str = "cpu", *, device=None, schemes=None, back
 
 def _prefill(p, device, dtype, scheme, layout, context, tokens, seed):
     """A model of the preset's sizes and its cache, prefilled with ``context`` tokens (or the reason it could not)."""
-    cfg = DecoderConfig(scheme=scheme, vocab_size=p["vocab_size"], d_model=p["d_model"], num_heads=p["num_heads"],
+    cfg = TransformerConfig(scheme=scheme, vocab_size=p["vocab_size"], d_model=p["d_model"], num_heads=p["num_heads"],
                         head_dim=p["head_dim"], num_layers=p["num_layers"], max_positions=max(p["contexts"]) + 8)
-    model = Decoder(cfg, seed=seed, dtype=dtype, device=device)
+    model = Transformer(cfg, seed=seed, dtype=dtype, device=device)
     cache = model.new_cache(rope_layout=layout)
     with torch.no_grad():
         model(tokens[:, :context], cache)  # the model's default dense path

@@ -141,7 +141,7 @@ def step_work(scheme: str, *, context: int, num_heads: int, head_dim: int, rope_
     H, d = check_positive_int("num_heads", num_heads), check_positive_int("head_dim", head_dim)
     term = decoder_terms(scheme, num_layers=1, num_heads=H, head_dim=d, context=context, position=position)[0]
     if term is None:
-        what = ("nothing (the position vector was added to the token once)" if entry.scheme.injects == "input"
+        what = ("nothing (the position vector was added to the token once)" if entry.scheme.positions_in_tokens
                 else "nothing")
         return dict(what=what, madds=0)
     parts, madds = [], 0

@@ -48,8 +48,8 @@ def _dash(variant: str) -> str:
     name = variant.split("-")[0]
     if name not in LABELS:
         return "solid"
-    injects = schemes.lookup(name).scheme.injects
-    return {"nothing": "dot", "input": "dash"}.get(injects, "solid")
+    scheme = schemes.lookup(name).scheme
+    return "dot" if not scheme.has_positions else "dash" if scheme.positions_in_tokens else "solid"
 
 
 def budget_name(results: dict, budget: int) -> str:

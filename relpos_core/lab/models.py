@@ -42,7 +42,4 @@ def build_model(config: TransformerConfig, *, seed: int) -> Transformer:
 def untrained_position_rows(model: Transformer, train_length: int) -> range:
     """Rows of a learned absolute table that training at ``train_length`` never reaches (empty otherwise)."""
     train_length = check_positive_int("train_length", train_length)
-    options = model.config.options
-    if getattr(options, "embedding", None) != "learned":
-        return range(0)
-    return range(train_length, model.config.max_positions)
+    return model.position.untrained_rows(train_length)

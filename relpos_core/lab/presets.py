@@ -31,9 +31,10 @@ __all__ = ["Probe", "TaskSetup", "RunSpec", "Preset", "PRESETS", "get_preset", "
            "ladder", "LONGEST"]
 
 LONGEST = 512  # every length test reaches at least this many tokens
-# every declared scheme and variant; DeBERTa's EMD variant (an output decoder for masked
-# language modelling) belongs to the position experiment
-MAIN_SCHEMES = tuple(n for n in schemes.names() if n != "deberta_emd")
+# every declared scheme and variant that trains on the language tasks (a variant made for one
+# experiment declares language_tasks=False: DeBERTa's EMD belongs to the position experiment)
+MAIN_SCHEMES = tuple(n for n in schemes.names()
+                     if schemes.lookup(n).variant is None or schemes.lookup(n).variant.language_tasks)
 
 
 def schemes_for(causal: bool, pool=MAIN_SCHEMES) -> tuple[str, ...]:
@@ -45,7 +46,7 @@ def schemes_for(causal: bool, pool=MAIN_SCHEMES) -> tuple[str, ...]:
         scheme = schemes.lookup(n).scheme
         if scheme.causal_only and not causal:
             continue
-        if scheme.injects == "nothing" and not causal:
+        if not scheme.has_positions and not causal:
             continue
         out.append(n)
     return tuple(out)
@@ -163,21 +164,14 @@ def _tasks(scale: float = 1.0) -> dict:
     }
 
 
-# The full preset trains the schemes the chapters' claims are about, one family each, and on the
-# task that ranks length generalisation (retrieval_gap: causal, an exact offset, evaluated to 512
-# tokens) also the schemes designed for longer inputs (FIRE, Kerple, xPos). Any declared scheme
-# trains in the lab (tests/test_lab.py runs them all); these lists only keep the full preset near
-# an hour on two cores. Within a seed the runs go in this order, so a run stopped early has whole
-# experiments.
-CORE = {
-    "marker": ("shaw", "shaw_key", "t5", "deberta", "alibi", "rope"),
-    "marker_causal": ("none", "t5", "alibi", "rope"),
-    "retrieval": ("none", "deberta"),
-    "copy": ("none", "t5", "rope", "randomized"),
-    "retrieval_gap": ("none", "absolute", "learned", "shaw", "shaw_key", "t5", "alibi", "rope", "randomized",
-                      "fire", "kerple_log", "xpos"),
-}
 _CAUSAL = {"marker": False, "marker_causal": True, "retrieval": True, "copy": True, "retrieval_gap": True}
+# The full preset trains each declared scheme on the tasks its declaration names (``Lab.tasks``: the
+# schemes the chapters' claims are about on every task, the schemes designed for longer inputs on the
+# task that ranks length generalisation, retrieval_gap, which is also where a new scheme goes by
+# default). Any declared scheme trains in the lab (tests/test_lab.py runs them all); the declarations
+# only keep the full preset near an hour on two cores. Within a seed the runs go in this order, so a
+# run stopped early has whole experiments.
+CORE = {task: tuple(n for n in MAIN_SCHEMES if task in schemes.lookup(n).lab.tasks) for task in _CAUSAL}
 
 
 def _runs(pool=MAIN_SCHEMES) -> tuple:
@@ -218,8 +212,8 @@ def _experiments(runs) -> dict:
 
 _FULL_RUNS = _runs()
 # the book preset: a smaller pool on the tasks that rank schemes, plus the experiments' extra runs
-_BOOK_POOL = ("none", "learned", "shaw", "t5", "alibi", "rope", "randomized", "deberta")
-_BOOK_RUNS = tuple(r for r in _runs(tuple(s for s in _BOOK_POOL if s in schemes.names()))
+_BOOK_POOL = tuple(n for n in MAIN_SCHEMES if schemes.lookup(n).lab.book)  # declared: Lab(book=True)
+_BOOK_RUNS = tuple(r for r in _runs(_BOOK_POOL)
                    if r.task in ("retrieval_gap", "copy", "marker_causal", "marker", "position"))
 
 PRESETS = {

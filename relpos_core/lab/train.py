@@ -278,7 +278,7 @@ def train_run(preset: Preset, spec: RunSpec, seed: int, lr: float, *, progress=N
         "train_length": setup.train_length, "cap": setup.cap, "steps": step, "solved_at": solved_at,
         "curve": curve, "budgets": results,
     }
-    if model.config.entry.scheme.injects == "input":
+    if model.config.entry.scheme.positions_in_tokens:
         record["input_table"] = _input_table_check(model, setup, spec.task, seed)
     rows = untrained_position_rows(model, setup.train_length)
     if rows:
@@ -292,10 +292,12 @@ def train_run(preset: Preset, spec: RunSpec, seed: int, lr: float, *, progress=N
 
 
 def _tables(model: Transformer) -> dict:
-    """Layer 0's Shaw key table (2k + 1, d), rounded, rows for offsets -k .. k."""
-    table = model.position.rel_key[0].detach()  # (2k + 1, d)
-    k = model.config.options.max_relative_position
-    return {"rel_key": [[round(v, 5) for v in row] for row in table.tolist()], "k": k}
+    """The learned tables the scheme's position module reports (``recorded_tables``; Shaw: layer 0's key table)."""
+    tables = model.position.recorded_tables()
+    if tables is None:
+        raise ValueError(f"keep_tables: {model.config.scheme} reports no learned table (its PositionModule's "
+                         f"recorded_tables() is None)")
+    return tables
 
 
 def jobs_of(preset: Preset, seeds=None, lrs=None) -> list[tuple[RunSpec, int, float]]:

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import torch
 
 from . import conventions
-from .declaration import Distance, ModelShape, PositionModule, Scheme, Variant, make_options
+from .declaration import Distance, Lab, ModelShape, PositionModule, Scheme, Variant, make_options
 
 __all__ = ["SCHEMES", "Entry", "names", "lookup", "SIGN_CONVENTIONS", "conventions_table_markdown",
-           "sign_convention", "Scheme", "Variant", "Distance", "ModelShape", "PositionModule"]
+           "sign_convention", "Scheme", "Variant", "Distance", "Lab", "ModelShape", "PositionModule"]
 
 _NOT_SCHEMES = {"declaration", "conventions"}
 
@@ -67,6 +67,11 @@ class Entry:
     def color(self) -> str:
         """The book's colour for it (``#rrggbb``): the variant's own, else the scheme's."""
         return (self.variant.color if self.variant is not None else "") or self.scheme.color
+
+    @property
+    def lab(self):
+        """Where the lab trains it (``declaration.Lab``): the variant's own, else the scheme's."""
+        return (self.variant.lab if self.variant is not None else None) or self.scheme.lab
 
     @property
     def summary(self) -> str:

@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from relpos_core._validate import check_choice, check_positive_int, check_tensor
-from relpos_core.schemes.declaration import PositionModule, Scheme, Variant
+from relpos_core.schemes.declaration import Lab, PositionModule, Scheme, Variant
 
 __all__ = [
     "sinusoidal_position_embeddings",
@@ -171,6 +171,9 @@ class AbsolutePosition(PositionModule):
         rows = _check_positions(positions, self.shape.max_positions)
         return h + self.weight[rows].to(h.dtype)  # (B, n, D): the position enters the token itself
 
+    def untrained_rows(self, train_length: int) -> range:
+        return range(train_length, self.shape.max_positions) if self.options.embedding == "learned" else range(0)
+
 
 def example(num_heads, head_dim, options, *, device=None, dtype=None, generator=None):
     """No attention term: the position is in the token embeddings."""
@@ -180,11 +183,13 @@ def example(num_heads, head_dim, options, *, device=None, dtype=None, generator=
 SCHEME = Scheme(
     name="absolute", color="#999933", short="sinusoidal", display="sinusoidal absolute", paper="Vaswani et al. 2017", cite="vaswani2017attention",
     chapter="01_why_relative_positions", convention="none", formula=r"x_i + p_i",
-    code="relpos_core.schemes.absolute.sinusoidal_position_embeddings", injects="input",
+    code="relpos_core.schemes.absolute.sinusoidal_position_embeddings", injects="input", positions_in_tokens=True,
     summary="a fixed sinusoid added to each token",
     caches="keys and values with each token's position inside them",
     example=example, options=AbsoluteOptions, module=AbsolutePosition, order=10,
     variants=(Variant("learned", "learned absolute", dict(embedding="learned"),
                       "a trained vector per position added to each token (BERT, GPT-2)", model_only=True,
-                      short="learned", color="#9467bd"),),
+                      short="learned", color="#9467bd",
+                      lab=Lab(("retrieval_gap",), book=True)),),
+    lab=Lab(("retrieval_gap",)),
 )

@@ -17,23 +17,31 @@ everything the rest of the library needs to know about it:
 * its offsets: ``convention`` ("key_minus_query", "query_minus_key" or "none") and
   ``formula`` (the sign-convention table of "Why relative positions" is built from these);
 * how it enters attention: ``injects`` (input, scalar on the logit, vector on the
-  logit, output, rotation of q and k, nothing) and ``causal_only``;
+  logit, output, rotation of q and k, nothing: a phrase for tables, never a switch) and
+  ``causal_only``; what the code switches on is declared as flags: ``has_positions``
+  (False: the model sees no position at all) and ``positions_in_tokens`` (positions are
+  added to the token embeddings, so every cached key and value carries its own);
 * its distance parameter (``Distance``): which option it is and what the benchmark's
   presets give it, so no preset needs a per-scheme value;
-* ``example(num_heads, head_dim, k, *, device, dtype, generator, **options)``: a term with
-  random tables (the registry, the benchmark, the memory ledger on the meta device);
+* ``example(num_heads, head_dim, options, *, device, dtype, generator)``: a term with
+  random tables for an instance of ``options`` (the registry, the benchmark, the memory
+  ledger on the meta device);
 * ``options``: the dataclass of the module's settings (defaults included) and ``module``:
   the ``PositionModule`` subclass; ``variants``: named settings that behave like a
   scheme of their own (Shaw with the key table only is ``shaw_key``);
 * ``caches``: what a KV cache keeps per token for it (the table of "The KV cache"), and
   ``not_decoded``: why a decoder cannot use it (None when it can);
-* ``benchmark_module`` (optional): the Hugging Face module of the scheme and the same
-  module with its attention on ``rp.attend`` (``BenchmarkModule``), which the benchmark
-  times side by side.
+* ``lab`` (``Lab``): the lab's tasks it trains on and whether the book preset has it; a
+  variant's ``language_tasks=False`` keeps it to its own experiment;
+* ``benchmark_module`` (optional): the dotted path of a function (in
+  ``relpos_core.oracles``, above this layer) that builds the Hugging Face module of the
+  scheme and the same module with its attention on ``rp.attend`` (``BenchmarkModule``),
+  which the benchmark times side by side (``load_benchmark_module()``).
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -43,7 +51,7 @@ import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_int
 
-__all__ = ["Scheme", "Variant", "Distance", "ModelShape", "PositionModule", "BenchmarkModule", "INJECTS",
+__all__ = ["Scheme", "Variant", "Distance", "Lab", "ModelShape", "PositionModule", "BenchmarkModule", "INJECTS",
            "PRESET_SIZES", "make_options"]
 
 INJECTS = ("nothing", "input", "scalar on the logit", "vector on the logit", "output", "rotation of q and k")
@@ -77,6 +85,21 @@ class Distance:
 
 
 @dataclass(frozen=True)
+class Lab:
+    """Where the lab (chapters/10_experiments.ipynb, ``relpos_core.lab.presets``) trains a scheme.
+
+    ``tasks``: the full preset's language tasks it trains on ("marker", "marker_causal",
+    "retrieval", "copy", "retrieval_gap"; a task it cannot train, such as a bidirectional one
+    for a decoder-only scheme, is skipped). The default puts a new scheme on the task that
+    ranks length generalisation; ``tasks=()`` keeps it out of the full preset (it still
+    trains in the tests). ``book``: also in the book preset's smaller pool.
+    """
+
+    tasks: tuple[str, ...] = ("retrieval_gap",)
+    book: bool = False
+
+
+@dataclass(frozen=True)
 class ModelShape:
     """What a position module needs to know of the model it sits in."""
 
@@ -103,7 +126,9 @@ class PositionModule(nn.Module):
     * ``training_positions(n, generator=None)``: the positions a training sequence of n
       tokens is placed at (None, the default: 0 .. n - 1). Randomised positions (Ruoss et
       al. 2023) return n sorted positions drawn from a longer range; the model asks for
-      them when it trains without a cache and without explicit positions.
+      them when it trains without a cache and without explicit positions;
+    * ``untrained_rows(train_length)`` and ``recorded_tables()``: what the lab reports of a
+      learned table (rows training never reaches; the table itself, rounded).
     """
 
     def __init__(self, shape: ModelShape, options):
@@ -131,6 +156,14 @@ class PositionModule(nn.Module):
         """(n,) int64 positions for a training sequence of ``n`` tokens, or None: 0 .. n - 1."""
         return None
 
+    def untrained_rows(self, train_length: int) -> range:
+        """Rows of a learned absolute table that training at ``train_length`` never reaches (default: none)."""
+        return range(0)
+
+    def recorded_tables(self) -> dict | None:
+        """What the lab keeps of the learned tables when a run asks for them (``keep_tables``); None: nothing."""
+        return None
+
 
 @dataclass(frozen=True)
 class BenchmarkModule:
@@ -155,6 +188,9 @@ class Variant:
     ``model_only``: the variant changes the model around attention (a learned absolute
     table instead of a sinusoid, DeBERTa's Enhanced Mask Decoder), not the attention call
     itself: it is a model of its own (decoder, lab) but not a kernel path of its own.
+    ``language_tasks``: the lab trains it on its language tasks (retrieval, copying, the
+    marker task); False for a variant made for one experiment only (DeBERTa's Enhanced Mask
+    Decoder, an output decoder for masked language modelling: the position task).
     """
 
     name: str
@@ -164,6 +200,8 @@ class Variant:
     model_only: bool = False
     short: str = ""  # a compact label for crowded figures (default: ``display``)
     color: str = ""  # the book's colour for it, ``#rrggbb`` (default: the family's)
+    language_tasks: bool = True
+    lab: Lab | None = None  # where the lab trains it (None: as its scheme)
 
 
 @dataclass(frozen=True)
@@ -189,7 +227,10 @@ class Scheme:
     not_decoded: str | None = None
     variants: tuple = ()
     order: int = 100
-    benchmark_module: Callable | None = None
+    benchmark_module: str | None = None  # dotted path of a function returning a BenchmarkModule
+    has_positions: bool = True  # False: no position reaches the model (the lab skips it where that is moot)
+    positions_in_tokens: bool = False  # positions added to the token embeddings: cached keys carry them
+    lab: Lab = Lab()  # where the lab trains it
     short: str = ""  # a compact label for crowded figures (default: ``display``)
     color: str = "#8c8c8c"  # the one colour every figure of the book gives it, ``#rrggbb``
 
@@ -205,6 +246,13 @@ class Scheme:
             raise ValueError(f"{self.name}: module must be a PositionModule subclass, got {self.module!r}")
         if self.distance is not None and self.distance.name not in {f.name for f in dataclasses.fields(self.options)}:
             raise ValueError(f"{self.name}: the distance parameter {self.distance.name!r} must be an option")
+
+    def load_benchmark_module(self) -> Callable:
+        """The function ``benchmark_module`` names, imported (ValueError when the scheme has none)."""
+        if self.benchmark_module is None:
+            raise ValueError(f"scheme {self.name!r} declares no benchmark_module")
+        module, _, attr = self.benchmark_module.rpartition(".")
+        return getattr(importlib.import_module(module), attr)
 
     def names(self) -> tuple[str, ...]:
         """The scheme's registry names: its own and its variants'."""

@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from relpos_core._validate import check_int, check_tensor
-from relpos_core.schemes.declaration import PositionModule, Scheme
+from relpos_core.schemes.declaration import Lab, PositionModule, Scheme
 from relpos_core.terms import PairScalar, PositionTerm, example_tensor
 
 __all__ = ["fire_bias", "position_term", "FireOptions", "FirePosition", "SCHEME", "EPS"]
@@ -166,4 +166,5 @@ SCHEME = Scheme(
     code="relpos_core.schemes.fire.fire_bias", injects="scalar on the logit",
     summary="a learned MLP of the log distance, normalised by the query's position",
     example=example, options=FireOptions, module=FirePosition, order=85,
+    lab=Lab(("retrieval_gap",)),
 )

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_tensor
-from relpos_core.schemes.declaration import PositionModule, Scheme, Variant
+from relpos_core.schemes.declaration import Lab, PositionModule, Scheme, Variant
 from relpos_core.terms import PositionTerm, ScalarFunction, example_tensor
 
 __all__ = ["KERNELS", "EPS", "kerple_bias", "position_term", "KerpleOptions", "KerplePosition", "SCHEME"]
@@ -130,5 +130,7 @@ SCHEME = Scheme(
     summary="a learned logarithmic kernel of the distance per head",
     example=example, options=KerpleOptions, module=KerplePosition, order=80,
     variants=(Variant("kerple_power", "Kerple (power)", dict(kernel="power"),
-                      "a learned power kernel of the distance per head", short="Kerple power", color="#5fb38f"),),
+                      "a learned power kernel of the distance per head", short="Kerple power", color="#5fb38f",
+                      lab=Lab(())),),
+    lab=Lab(("retrieval_gap",)),
 )

@@ -29,7 +29,7 @@ import torch.nn as nn
 from relpos_core._validate import check_int, check_tensor
 from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
-from relpos_core.schemes.declaration import Distance, PositionModule, Scheme
+from relpos_core.schemes.declaration import Distance, Lab, PositionModule, Scheme
 from relpos_core.terms import PositionTerm, QueryVectors, clipped_rows, example_tensor
 
 __all__ = ["relative_logits_gather", "position_term", "MusicTransformerOptions", "MusicTransformerPosition",
@@ -124,4 +124,5 @@ SCHEME = Scheme(
     distance=Distance("max_relative_position", "one row per distance up to the sequence length",
                       follows_length=True, minimum=1),
     example=example, options=MusicTransformerOptions, module=MusicTransformerPosition, order=25,
+    lab=Lab(()),
 )

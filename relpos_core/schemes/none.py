@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relpos_core.schemes.declaration import PositionModule, Scheme
+from relpos_core.schemes.declaration import Lab, PositionModule, Scheme
 
 __all__ = ["NoneOptions", "NoPosition", "SCHEME"]
 
@@ -35,7 +35,8 @@ def example(num_heads, head_dim, options, *, device=None, dtype=None, generator=
 SCHEME = Scheme(
     name="none", color="#8c8c8c", short="no position", display="no position (NoPE)", paper="Kazemnejad et al. 2023", cite="kazemnejad2023impact",
     chapter="01_why_relative_positions", convention="none", formula=r"\text{nothing}",
-    code="relpos_core.schemes.none.NoPosition", injects="nothing",
+    code="relpos_core.schemes.none.NoPosition", injects="nothing", has_positions=False,
     summary="content only; a causal mask alone gives order",
     example=example, options=NoneOptions, module=NoPosition, order=0,
+    lab=Lab(("marker_causal", "retrieval", "copy", "retrieval_gap"), book=True),
 )

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from relpos_core._validate import check_int
-from relpos_core.schemes.declaration import PositionModule, Scheme
+from relpos_core.schemes.declaration import Lab, PositionModule, Scheme
 from relpos_core.schemes.rope import _check_base
 from relpos_core.terms import PositionTerm, Rotary
 
@@ -121,4 +121,5 @@ SCHEME = Scheme(
     summary="RoPE at sorted random positions from a longer range in training (Ruoss et al.)",
     caches="keys rotated at write time, or unrotated keys rotated at read time",
     example=example, options=RandomizedOptions, module=RandomizedPosition, order=75,
+    lab=Lab(("copy", "retrieval_gap"), book=True),
 )

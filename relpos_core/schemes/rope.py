@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from relpos_core._validate import check_choice, check_int
 from relpos_core.kernels import rope_scaling
 from relpos_core.kernels.rotary import PAIRINGS, apply_rope, rope_cos_sin, rotate_half
-from relpos_core.schemes.declaration import PositionModule, Scheme
+from relpos_core.schemes.declaration import Lab, PositionModule, Scheme
 from relpos_core.terms import PositionTerm, Rotary
 
 __all__ = ["rope_cos_sin", "rotate_half", "apply_rope", "position_term", "RoPEOptions", "RoPEPosition", "SCHEME",
@@ -118,4 +118,5 @@ SCHEME = Scheme(
     summary="q and k rotated by their positions; no bias, fused kernels unchanged",
     caches="keys rotated at write time, or unrotated keys rotated at read time",
     example=example, options=RoPEOptions, module=RoPEPosition, order=70,
+    lab=Lab(("marker", "marker_causal", "copy", "retrieval_gap"), book=True),
 )

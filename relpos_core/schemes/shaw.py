@@ -28,7 +28,7 @@ import torch.nn as nn
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
-from relpos_core.schemes.declaration import Distance, PositionModule, Scheme, Variant
+from relpos_core.schemes.declaration import Distance, Lab, PositionModule, Scheme, Variant
 from relpos_core.terms import PositionTerm, QueryVectors, ValueVectors, clipped_rows, example_tensor
 
 __all__ = [
@@ -291,6 +291,12 @@ class ShawPosition(PositionModule):
         return position_term(rel_key=self.rel_key[layer], rel_value=self.rel_value[layer] if self.options.value
                              else None, max_relative_position=self.options.max_relative_position)
 
+    def recorded_tables(self) -> dict:
+        """Layer 0's key table (2k + 1, d), rounded to 5 decimals, rows for offsets -k .. k."""
+        table = self.rel_key[0].detach()  # (2k + 1, d)
+        return {"rel_key": [[round(v, 5) for v in row] for row in table.tolist()],
+                "k": self.options.max_relative_position}
+
     @torch.no_grad()
     def init_parameters(self, generator):
         if self.options.init == "random":
@@ -311,5 +317,7 @@ SCHEME = Scheme(
     distance=Distance("max_relative_position", "offsets beyond k share the end rows", small=4, medium=16, large=64),
     example=example, options=ShawOptions, module=ShawPosition, order=20,
     variants=(Variant("shaw_key", "Shaw (key only)", dict(value=False),
-                      "learned vectors per clipped offset, on the keys only", short="Shaw key", color="#e8875a"),),
+                      "learned vectors per clipped offset, on the keys only", short="Shaw key", color="#e8875a",
+                      lab=Lab(("marker", "retrieval_gap"))),),
+    lab=Lab(("marker", "retrieval_gap"), book=True),
 )

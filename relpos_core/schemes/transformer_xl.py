@@ -33,7 +33,7 @@ import torch.nn as nn
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
-from relpos_core.schemes.declaration import Distance, PositionModule, Scheme
+from relpos_core.schemes.declaration import Distance, Lab, PositionModule, Scheme
 from relpos_core.terms import PositionTerm, QueryVectors, RowIndex, example_tensor
 
 __all__ = [
@@ -369,4 +369,5 @@ SCHEME = Scheme(
     summary="a projected sinusoid per distance, plus global biases u and v", causal_only=True,
     distance=Distance("distances", "one row per distance up to the sequence length", follows_length=True),
     example=example, options=TransformerXLOptions, module=TransformerXLPosition, order=30,
+    lab=Lab(()),
 )

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from relpos_core._validate import check_choice
 from relpos_core.kernels.rotary import PAIRINGS
-from relpos_core.schemes.declaration import PositionModule, Scheme
+from relpos_core.schemes.declaration import Lab, PositionModule, Scheme
 from relpos_core.terms import PositionTerm, Rotary, XPosDecay
 
 __all__ = ["position_term", "XPosOptions", "XPosPosition", "SCHEME"]
@@ -84,4 +84,5 @@ SCHEME = Scheme(
     summary="RoPE whose scores decay exponentially with the distance", causal_only=True,
     caches="unrotated keys, rotated and scaled at read time",
     example=example, options=XPosOptions, module=XPosPosition, order=90,
+    lab=Lab(("retrieval_gap",)),
 )

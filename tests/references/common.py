@@ -16,6 +16,14 @@ class Case:
     params_of: Callable | None = None  # a PositionTerm's tables as this reference's params (decoder checks)
 
 
+def softmax_list(scores: list[float]) -> list[float]:
+    """softmax of a list of floats (-inf for a hidden key), for the loop references."""
+    m = max(s for s in scores)
+    e = [math.exp(s - m) if s != -math.inf else 0.0 for s in scores]
+    z = sum(e)
+    return [x / z for x in e]
+
+
 def attend(logits, v, qpos, kpos, causal, value_rows=None):
     """softmax over keys (masked), then the weighted sum of v (+ value vectors per pair)."""
     if causal:

@@ -30,3 +30,26 @@ def params_of(t):
 
 
 CASES = {"music_transformer": Case(reference, make_params, term, params_of)}
+
+
+# ---------------------------------------------------------------------------------------
+# Music Transformer (Huang et al. 2018): S^rel_ij = q_i . E_{j - i}; key_minus_query.
+# ---------------------------------------------------------------------------------------
+def music_relative_logits_ref(q, rel_emb, positions=None):
+    """q (..., L, d); rel_emb (2L - 1, d) or (L, d) with row r = distance r - (L - 1).
+
+    Entry (i, j) = q_i . E[(p_j - p_i) + L - 1]; NaN where that row does not exist
+    (j > i for an L-row table).
+    """
+    q, E = q.detach().double(), rel_emb.detach().double()
+    *lead, L, d = q.shape
+    qf = q.reshape(-1, L, d)
+    p = list(range(L)) if positions is None else list(positions)
+    out = torch.full((qf.shape[0], L, L), float("nan"), dtype=torch.float64)
+    for n in range(qf.shape[0]):
+        for i in range(L):
+            for j in range(L):
+                row = (p[j] - p[i]) + L - 1
+                if 0 <= row < E.shape[0]:
+                    out[n, i, j] = qf[n, i] @ E[row]
+    return out.reshape(*lead, L, L)
