@@ -89,8 +89,9 @@ def main(argv=None) -> dict:
     command = "python -m relpos_core.lm " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     commit = head.get("git_commit") if args.resume else git_commit()
     load_start = head.get("load_start") if args.resume else load_average()
+    resumed = list(head.get("resumed_at_commits", [])) + ([git_commit()] if args.resume else [])
     output.begin(dict(preset=preset.name, command=command, git_commit=commit, load_start=load_start,
-                      corpus_hash=corpus.record["hash"]))
+                      corpus_hash=corpus.record["hash"], resumed_at_commits=resumed))
     for row in done:
         output.add(row)
     jobs = jobs_of(preset)
@@ -108,6 +109,7 @@ def main(argv=None) -> dict:
         res = results.build_results(preset, runs, corpus=corpus.record, command=command, commit=commit,
                                     wall_s=time.perf_counter() - start + earlier, workers=args.workers,
                                     threads=args.threads, load_start=load_start, complete=complete)
+        res["provenance"]["resumed_at_commits"] = resumed  # the code of each --resume (the runs record theirs)
         output.finish(res, text=results.results_text(res))
         return res
 

@@ -386,7 +386,8 @@ def _rope_base(preset, seed, corpus, models_dir):
 
 
 def extension_run(preset: LMPreset, method: Extension, seed: int, corpus: Corpus, *, models_dir=None) -> dict:
-    """One method on the trained RoPE model of ``seed``: zero-shot, then fine-tuned at ``finetune_length``."""
+    """One method on the trained RoPE model of ``seed``: zero-shot, then (``seed`` in ``finetune_seeds``)
+    fine-tuned at ``finetune_length``."""
     cpu0, t0 = time.process_time(), time.perf_counter()
     train, held = _data(corpus)
     base, init_seed, source = _rope_base(preset, seed, corpus, models_dir)
@@ -399,6 +400,10 @@ def extension_run(preset: LMPreset, method: Extension, seed: int, corpus: Corpus
                                           position=position)
     else:
         record["zero_shot"] = None  # plain RoPE zero-shot is the base run (stage 1)
+    if seed not in preset.finetune_seeds:
+        record.update(finetune=None, finetuned=None, wall_s=round(time.perf_counter() - t0, 2),
+                      cpu_s=round(time.process_time() - cpu0, 2))
+        return record
     model, _ = model_at_length(base, preset.finetune_length, seed=init_seed, position=position or None)
     if model is base:
         model = build_model(model_config(preset, preset.extension_scheme), seed=init_seed)
@@ -416,7 +421,7 @@ def extension_run(preset: LMPreset, method: Extension, seed: int, corpus: Corpus
 
 def jobs_of(preset: LMPreset, seeds=None, schemes=None) -> list[tuple]:
     """Every job in order: ("base", scheme, seed) seed by seed (the extension scheme first in each seed,
-    so its models are saved early), then ("extension", method, seed)."""
+    so its models are saved early), then ("extension", method, seed) for every extension seed."""
     seeds = tuple(preset.seeds if seeds is None else seeds)
     schemes = tuple(preset.schemes if schemes is None else schemes)
     jobs = []
@@ -424,8 +429,9 @@ def jobs_of(preset: LMPreset, seeds=None, schemes=None) -> list[tuple]:
         ordered = sorted(schemes, key=lambda s: s != preset.extension_scheme)
         jobs += [("base", s, seed) for s in ordered]
     if preset.extension_scheme in schemes:
-        for seed in preset.extension_seeds:
-            jobs += [("extension", e.name, seed) for e in preset.extensions]
+        for seed in preset.extension_seeds:  # plain RoPE only where it is fine-tuned (its zero-shot is the base run)
+            jobs += [("extension", e.name, seed) for e in preset.extensions
+                     if e.position(preset.factor, preset.train_length) or seed in preset.finetune_seeds]
     return jobs
 
 
