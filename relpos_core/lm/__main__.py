@@ -14,6 +14,7 @@ extension stage starts from are kept beside the output (``<out stem>-models/``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -28,6 +29,23 @@ from .presets import PRESETS, get_preset
 
 def _terminate_as_interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _unfinished(output: Output) -> tuple[dict, list[dict]]:
+    """(head, finished runs) of an interrupted run: its partial file, or its results file marked
+    ``"complete": false`` (what Ctrl-C writes)."""
+    if output.partial.is_file():
+        head, rows = read_partial(output.partial)
+        return head or {}, rows
+    if output.path.is_file():
+        old = json.loads(output.path.read_text())
+        if old.get("complete") is not False:
+            raise ValueError(f"{output.path} is a finished run (complete: {old.get('complete')}): nothing to continue")
+        p = old["provenance"]
+        head = dict(preset=p["preset"], command=p["command"], git_commit=p["git_commit"],
+                    load_start=p.get("load_average_start"), resumed_at_commits=p.get("resumed_at_commits", []))
+        return head, old["runs"]
+    raise ValueError(f"neither {output.partial} nor {output.path} is there to continue")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,10 +80,10 @@ def main(argv=None) -> dict:
     head, done = {}, []
     if args.resume:
         output = Output.from_argument(args.out, tool=tool, force=True)
-        if not output.partial.is_file():
-            ap.error(f"argument --resume: {output.partial} is not there to continue")
-        head, done = read_partial(output.partial)
-        head = head or {}
+        try:
+            head, done = _unfinished(output)
+        except ValueError as err:
+            ap.error(f"argument --resume: {err}")
         if head.get("preset") != args.preset:
             ap.error(f"argument --resume: {output.partial} is a run of preset {head.get('preset')!r}, "
                      f"not {args.preset!r}")
