@@ -16,7 +16,7 @@ from pathlib import Path
 from relpos_core.lab.results import t_interval
 from relpos_core.provenance import machine
 
-__all__ = ["FORMAT", "COMMITTED", "build_results", "load_results", "load_committed", "committed_path", "base_runs",
+__all__ = ["FORMAT", "COMMITTED", "build_results", "from_partial", "load_results", "load_committed", "committed_path", "base_runs",
            "extension_runs", "bpb_values", "passkey_accuracy", "bpb_table", "passkey_table", "extension_table",
            "table_markdown", "results_text"]
 
@@ -54,6 +54,21 @@ def committed_path(name: str = COMMITTED) -> Path:
 
 def load_committed(name: str = COMMITTED) -> dict:
     return load_results(committed_path(name))
+
+
+def from_partial(path, *, preset: str | None = None) -> dict:
+    """A results object (``"complete": false``) from an unfinished run's ``<out>.partial.jsonl``:
+    its finished runs with the preset they were run under; no machine provenance beyond the head's."""
+    from relpos_core.outputs import read_partial
+
+    from .presets import get_preset
+
+    head, rows = read_partial(path)
+    head = head or {}
+    name = preset or head.get("preset")
+    return {"format": FORMAT, "preset": get_preset(name).to_dict(), "corpus": {"hash": head.get("corpus_hash")},
+            "provenance": {"preset": name, "git_commit": head.get("git_commit"), "command": head.get("command"),
+                           "from_partial": str(path)}, "runs": rows, "complete": False}
 
 
 def base_runs(results: dict, scheme: str | None = None) -> list[dict]:
