@@ -210,3 +210,22 @@ def test_tiny_end_to_end_and_resume(tmp_path):
     assert len(res2["runs"]) == len(res["runs"])
     assert [r for r in res2["runs"] if r.get("marker") == "kept"] == [kept[0]]
     assert res2["provenance"]["git_commit"] == "abc"
+
+
+def test_committed_run_loads_with_provenance():
+    from relpos_core.lm import results
+    res = results.load_committed()
+    p = res["provenance"]
+    assert p["preset"] == "full" and p["corpus_hash"] == corpus.load_pin()["total_hash"]
+    for key in ("cpu_model", "cpu_capability", "torch", "date", "git_commit", "wall_s", "cpu_s", "workers"):
+        assert p.get(key) is not None, key
+    base = results.base_runs(res)
+    schemes = {r["scheme"] for r in base}
+    assert len(schemes) >= 10
+    for s in schemes:
+        assert len(results.base_runs(res, s)) >= 3, s
+    assert max(res["preset"]["eval_lengths"]) == 16 * res["preset"]["train_length"]
+    assert all(set(r["eval"]) == {str(L) for L in res["preset"]["eval_lengths"]} for r in base)
+    methods = {r["method"] for r in results.extension_runs(res)}
+    assert {"linear", "ntk", "dynamic", "yarn", "llama3", "abf", "rope"} <= methods
+    assert any(r["finetuned"] is not None for r in results.extension_runs(res))
