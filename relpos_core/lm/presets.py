@@ -12,6 +12,15 @@ Book: "Experiments" (chapters/10_experiments.ipynb), the language-model lab.
   on the RoPE models (zero-shot on every seed, fine-tuned on seed 0: the machine was shared
   and time was short).
 
+The full run's sizes (chosen by measuring step times here first, then shrunk when the shared
+machine gave each worker about a third of a core): d_model 64, 2 layers, 4 heads, d_mlp 256
+(about 0.1 M parameters); 1200 steps of 16 windows of 128 bytes (2.46 M training bytes), Adam at
+3e-3 with 100 warm-up steps and a cosine decay to 10 %. Evaluation budget per length: 8
+held-out segments of 2048 bytes (16,384 scored bytes, the same bytes at every length), the first
+4 of them (8,192 bytes) again with a sliding window of stride L / 2; 24 passkey rows per length
+and seed (8 per depth). Extension: every method at factor 4 (512 / 128) at every length,
+fine-tuned for 150 steps of 16 windows of 512 bytes (1.23 M bytes) at 1e-3.
+
 The schemes come from the declarations (``relpos_core.schemes``): every scheme a decoder
 can run (``not_decoded`` is None, as ``relpos_core.decoding.SCHEMES``), so a new scheme file
 joins the full preset without a change here.
