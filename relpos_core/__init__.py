@@ -17,7 +17,7 @@ closes a circle):
    ``rp.mla`` (multi-head latent attention and its cache of latents,
    chapters/07b_kv_cache_at_scale.ipynb);
 7. on top: ``rp.decoding`` (chapters/07_the_kv_cache.ipynb), ``rp.lab``
-   (chapters/10_experiments.ipynb), ``rp.failures`` (chapters/09_failure_modes.ipynb),
+   (chapters/10_experiments.ipynb), ``rp.lm`` (the language-model lab, same chapter), ``rp.failures`` (chapters/09_failure_modes.ipynb),
    ``rp.figures`` (plotly and ipywidgets load lazily), ``rp.resources``
    (the committed data the chapters read, shipped with the package), ``relpos_core.bench``
    (the benchmark, imported on demand).
@@ -28,11 +28,11 @@ from . import oracles
 from . import measure, registry
 from .attend import attend
 from . import cache, mla, models
-from . import decoding, failures, figures, lab, resources
+from . import decoding, failures, figures, lab, lm, resources
 from .kernels.reference import attention, attention_weights
 from .offsets import relative_offsets
 
 __version__ = "0.1.0"
 __all__ = ["attend", "attention", "attention_weights", "relative_offsets", "budget", "offsets", "outputs", "positions",
            "terms", "schemes", "oracles", "kernels", "registry", "measure", "models", "cache", "mla", "decoding",
-           "failures", "lab", "figures", "resources"]
+           "failures", "lab", "lm", "figures", "resources"]

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 H200_SHA256 = "0bd0254cba18f3b6ccfef1a6483a0d2d67d7551c41053884fc4961e4d5dbd05b"
 # every file a chapter reads; the names the chapters pass to rp.resources, rp.failures and rp.lab
 CHAPTER_DATA = {"bench-cpu.json", "bench-cpu-repeat.json", "kv_decode_cpu.json", "kv_scale_cpu.json", "lab-full.json",
-                "h200-2026-11-30.jsonl"}
+                "lm-full.json", "h200-2026-11-30.jsonl"}
 
 
 def test_every_file_the_chapters_read_is_package_data():
@@ -46,6 +46,8 @@ def test_readers_use_the_shipped_files():
     assert rp.resources.read_jsonl("h200-2026-11-30.jsonl")[0] == {"provenance": provenance}
     assert rp.lab.results.committed_path() == rp.resources.path("lab-full.json")
     assert rp.lab.results.load_results(rp.lab.results.committed_path())["provenance"]["preset"] == "full"
+    assert rp.lm.results.committed_path() == rp.resources.path("lm-full.json")
+    assert rp.lm.results.load_committed()["provenance"]["preset"] == "full"
     assert rp.decoding.bench.load_result() == rp.resources.load_json("kv_decode_cpu.json")
     assert rp.figures.bench.read_result(rp.resources.path("bench-cpu.json"))["schema"] == "relpos-bench/2"
     assert rp.resources.names("bench-*.json") == ["bench-cpu-repeat.json", "bench-cpu.json"]

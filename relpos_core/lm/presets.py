@@ -1,0 +1,181 @@
+"""Presets of the language-model lab: model shape, schemes, training, evaluation and the extension stage.
+
+Book: "Experiments" (chapters/10_experiments.ipynb), the language-model lab.
+
+* ``tiny``: a pipeline check (seconds): three schemes, a few steps, short lengths. Its
+  numbers mean nothing.
+* ``book``: a small run a reader trains in a few minutes on two cores (a few schemes,
+  one seed, a few hundred steps, evaluated to 512 tokens, two extension methods).
+* ``full``: the committed run (``relpos_core/data/lm-full.json``): every decodable scheme
+  with a scalar or a rotation per offset (``SCALAR_OR_ROTATION``; the vector-term schemes are
+  left out for time, see below), three seeds, evaluated at 1x-16x the training length, then the context-extension stage
+  on the RoPE models (zero-shot on every seed, fine-tuned on seed 0: the machine was shared
+  and time was short).
+
+The full run's sizes (chosen by measuring step times here first, then shrunk when the shared
+machine gave each worker about a third of a core): d_model 64, 2 layers, 4 heads, d_mlp 256
+(about 0.1 M parameters); 1200 steps of 16 windows of 128 bytes (2.46 M training bytes), Adam at
+3e-3 with 100 warm-up steps and a cosine decay to 10 %. Evaluation budget per length: 8
+held-out segments of 2048 bytes (16,384 scored bytes, the same bytes at every length), the first
+4 of them (8,192 bytes) again with a sliding window of stride L / 2; 24 passkey rows per length
+and seed (8 per depth). Extension: every method at factor 4 (512 / 128) at every length,
+fine-tuned for 150 steps of 16 windows of 512 bytes (1.23 M bytes) at 1e-3.
+
+The schemes come from the declarations (``relpos_core.schemes``): every scheme a decoder
+can run (``not_decoded`` is None, as ``relpos_core.decoding.SCHEMES``), so a new scheme file
+joins the full preset without a change here.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from relpos_core import schemes
+
+__all__ = ["Extension", "LMPreset", "PRESETS", "get_preset", "DECODABLE", "SCALAR_OR_ROTATION", "EXTENSIONS", "extension_methods"]
+
+DECODABLE: tuple[str, ...] = tuple(n for n in schemes.names() if schemes.lookup(n).scheme.not_decoded is None)
+# The full preset's schemes: every decodable scheme except those adding a vector per offset to the
+# logits (Shaw, Shaw key-only, Music Transformer, Transformer-XL). Their (B, H, L, L, d)-sized term
+# runs on the gather or eager path and made a training step 2-4x RoPE's on this 2-core machine
+# (step times measured before the committed run: RoPE 49 ms, Shaw 83 ms, Transformer-XL 73 ms, Music
+# Transformer 147 ms at batch 16 x 128 tokens, one thread); with the machine shared, the full run
+# would not have fitted its time. Any of them trains here when a preset names it.
+SCALAR_OR_ROTATION: tuple[str, ...] = tuple(n for n in DECODABLE
+                                           if schemes.lookup(n).scheme.injects != "vector on the logit")
+
+
+@dataclass(frozen=True)
+class Extension:
+    """One way to run a RoPE model past its training length: RoPE options replacing the trained ones.
+
+    ``scaling``: a dict like Hugging Face's ``rope_scaling`` (``relpos_core.kernels.rope_scaling``),
+    None for none; ``base``: a new base frequency (None: the trained one). ``factor`` in a
+    scaling dict is filled from the preset (the fine-tuning length over the training length)."""
+
+    name: str
+    display: str
+    scaling: dict | None = None
+    base: float | None = None
+
+    def position(self, factor: float, train_length: int) -> dict:
+        """The RoPE ``position`` options of this method at ``factor`` for a model trained at ``train_length``."""
+        out = {}
+        if self.scaling is not None:
+            spec = dict(self.scaling, factor=float(factor))
+            if spec["rope_type"] != "linear" and spec["rope_type"] != "ntk":
+                spec["original_max_position_embeddings"] = int(train_length)
+            out["scaling"] = spec
+        if self.base is not None:
+            out["base"] = float(self.base)
+        return out
+
+
+# RoPE itself (the control: fine-tuned at the longer length with nothing changed), then the methods
+EXTENSIONS = (
+    Extension("rope", "RoPE (nothing changed)"),
+    Extension("linear", "position interpolation (Chen et al. 2023)", {"rope_type": "linear"}),
+    Extension("ntk", "NTK-aware (bloc97 2023)", {"rope_type": "ntk"}),
+    Extension("dynamic", "dynamic NTK (emozilla 2023)", {"rope_type": "dynamic"}),
+    Extension("yarn", "YaRN (Peng et al. 2024)", {"rope_type": "yarn"}),
+    Extension("llama3", "Llama 3.1 scaling (Grattafiori et al. 2024)", {"rope_type": "llama3"}),
+    Extension("abf", "raised base 500,000 (Xiong et al. 2023)", None, 500000.0),
+)
+
+
+def extension_methods(names=None) -> tuple:
+    if names is None:
+        return EXTENSIONS
+    by = {e.name: e for e in EXTENSIONS}
+    for n in names:
+        if n not in by:
+            raise ValueError(f"extension method must be one of {sorted(by)}, got {n!r}")
+    return tuple(by[n] for n in names)
+
+
+@dataclass(frozen=True)
+class LMPreset:
+    name: str
+    description: str
+    model: dict  # d_model, num_layers, num_heads, d_mlp
+    schemes: tuple
+    seeds: tuple
+    train_length: int
+    steps: int
+    batch_size: int
+    lr: float
+    warmup_steps: int
+    min_lr_factor: float  # cosine decay from lr to lr * this
+    eval_lengths: tuple  # the first is the training length
+    segments: int  # held-out segments of max(eval_lengths) bytes scored at every length (non-overlapping)
+    sliding_segments: int  # the first of them, scored again with a sliding window
+    sliding_stride: float  # stride as a fraction of the window (each window scores its last stride tokens)
+    bins: int  # loss per position in the context: bins per window
+    probe_rows: int  # passkey rows per length (cycling the depths)
+    log_every: int
+    # the extension stage (on the trained RoPE models)
+    extension_scheme: str = "rope"
+    extensions: tuple = ()
+    extension_seeds: tuple = ()  # evaluated zero-shot
+    finetune_seeds: tuple = ()  # of those, also fine-tuned
+    finetune_length: int = 512
+    finetune_steps: int = 0
+    finetune_batch: int = 8
+    finetune_lr: float = 1e-3
+    finetune_warmup: int = 10
+
+    @property
+    def max_length(self) -> int:
+        return max(self.eval_lengths)
+
+    @property
+    def factor(self) -> float:
+        """The extension factor: fine-tuning length over training length."""
+        return self.finetune_length / self.train_length
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["extensions"] = [asdict(e) for e in self.extensions]
+        d["eval_tokens"] = self.segments * self.max_length
+        d["sliding_tokens"] = self.sliding_segments * self.max_length
+        d["train_tokens"] = self.steps * self.batch_size * self.train_length
+        d["finetune_tokens"] = self.finetune_steps * self.finetune_batch * self.finetune_length
+        return d
+
+
+_FULL = LMPreset(
+    name="full",
+    description="every decodable scheme, 3 seeds, a 2-layer d=64 byte model trained at 128 tokens, evaluated at "
+                "128-2048 tokens; then the context-extension methods on the RoPE models, zero-shot and after a "
+                "fine-tune at 512 tokens",
+    model=dict(d_model=64, num_layers=2, num_heads=4, d_mlp=256), schemes=SCALAR_OR_ROTATION, seeds=(0, 1, 2),
+    train_length=128, steps=1200, batch_size=16, lr=3e-3, warmup_steps=100, min_lr_factor=0.1,
+    eval_lengths=(128, 256, 512, 1024, 2048), segments=8, sliding_segments=4, sliding_stride=0.5, bins=16,
+    probe_rows=24, log_every=50,
+    extensions=EXTENSIONS, extension_seeds=(0, 1, 2), finetune_seeds=(0,), finetune_length=512, finetune_steps=150, finetune_batch=16,
+    finetune_lr=1e-3, finetune_warmup=10,
+)
+_BOOK_SCHEMES = tuple(s for s in ("none", "learned", "alibi", "rope", "kerple_log") if s in DECODABLE)
+PRESETS = {
+    "full": _FULL,
+    "book": replace(_FULL, name="book",
+                    description="five schemes, one seed, a smaller model and budget, evaluated to 512 tokens; two "
+                                "extension methods (a few minutes on 2 cores)",
+                    model=dict(d_model=32, num_layers=2, num_heads=4, d_mlp=128), schemes=_BOOK_SCHEMES, seeds=(0,),
+                    steps=300, eval_lengths=(128, 256, 512), segments=4, sliding_segments=2, probe_rows=12,
+                    extensions=tuple(e for e in EXTENSIONS if e.name in ("rope", "linear", "yarn")),
+                    extension_seeds=(0,), finetune_seeds=(0,), finetune_steps=40, finetune_batch=8),
+    "tiny": replace(_FULL, name="tiny", description="pipeline check: three schemes, a few steps (seconds)",
+                    model=dict(d_model=16, num_layers=1, num_heads=2, d_mlp=32),
+                    schemes=tuple(s for s in ("none", "learned", "rope") if s in DECODABLE), seeds=(0,),
+                    train_length=32, steps=3, batch_size=4, warmup_steps=1, eval_lengths=(32, 64, 128),
+                    segments=2, sliding_segments=1, bins=4, probe_rows=3, log_every=1,
+                    extensions=tuple(e for e in EXTENSIONS if e.name in ("rope", "yarn")), extension_seeds=(0,),
+                    finetune_seeds=(0,),
+                    finetune_length=64, finetune_steps=2, finetune_batch=2, finetune_warmup=1),
+}
+
+
+def get_preset(name: str) -> LMPreset:
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
+    return PRESETS[name]
