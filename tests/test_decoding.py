@@ -348,9 +348,15 @@ def test_a_refused_step_leaves_the_cache_unchanged():
 # -- benchmark --------------------------------------------------------------------------
 def test_benchmark_writes_rows_with_provenance(tmp_path):
     out = tmp_path / "kv.json"
-    result = dec.bench.main(["--bench", "--preset", "tiny", "--schemes", "none", "alibi", "fire",
-                             "--backends", "eager", "sdpa", "--out", str(out), "--no-progress"])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the tiny preset runs on 1: the provenance must say 1, not the restored 2
+    try:
+        result = dec.bench.main(["--bench", "--preset", "tiny", "--schemes", "none", "alibi", "fire",
+                                 "--backends", "eager", "sdpa", "--out", str(out), "--no-progress"])
+    finally:
+        torch.set_num_threads(before)
     saved = json.loads(out.read_text())
+    assert saved["provenance"]["threads"] == saved["provenance"]["sizes"]["threads"] == 1
     assert saved["complete"] is True and not out.with_name(out.name + ".partial.jsonl").exists()
     assert saved["provenance"]["git_commit"] and saved["provenance"]["torch"] == torch.__version__
     assert saved["provenance"]["sizes"]["contexts"] == [16]

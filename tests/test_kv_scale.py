@@ -90,8 +90,15 @@ def test_a_sliding_window_caps_the_cache():
 
 
 def test_decode_step_times_measures_every_layout_with_the_formula_bytes():
-    result = scale.decode_step_times("tiny", progress=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the tiny preset runs on 1: the provenance must say 1, not the restored 2
+    try:
+        result = scale.decode_step_times("tiny", progress=False)
+        assert torch.get_num_threads() == 2  # restored after the run
+    finally:
+        torch.set_num_threads(before)
     p = result["provenance"]
+    assert p["threads"] == p["sizes"]["threads"] == 1
     assert {"device", "device_name", "torch", "date", "git_commit", "sizes", "load_average_start"} <= set(p)
     rows = result["results"]
     assert {(r["layout"], r["context"]) for r in rows} == {(x, c) for x in scale.LAYOUTS for c in (64, 256)}

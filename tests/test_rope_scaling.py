@@ -93,6 +93,32 @@ def test_dynamic_ntk_equals_hugging_face(head, base, factor, L, ratio):
 
 
 @SETTINGS
+@given(head=HEADS, base=BASES, factor=st.floats(1.5, 64.0), L=LENGTHS, M=LENGTHS, ratio=st.floats(1.5, 8.0))
+def test_dynamic_ntk_reads_hugging_faces_max_position_embeddings_not_the_dicts(head, base, factor, L, M, ratio):
+    """Hugging Face's ``dynamic`` takes L from the model's ``max_position_embeddings`` and ignores the
+    dict's ``original_max_position_embeddings``; ours takes that field. With the two keys different,
+    ours equals Hugging Face only when given the model's ``max_position_embeddings``."""
+    if abs(L - M) < 0.2 * max(L, M):
+        return  # keys too close for the frequencies to differ beyond HF's float32 tolerance
+    d, r = head
+    seq_len = int(ratio * max(L, M))  # past both, so both scale
+    cfg = hf_config(head_dim=d, rotary_dim=r, base=base, max_positions=M, rope_type="dynamic", factor=factor,
+                    original_max_position_embeddings=L)
+    assert cfg.rope_parameters["original_max_position_embeddings"] == L != cfg.max_position_embeddings
+    check_equal(rs.DynamicNTKScaling(factor, M), cfg, seq_len, rotary_dim=r, base=base)
+    from_dict = rs.from_config(dict(rope_type="dynamic", factor=factor, original_max_position_embeddings=L))
+    inv_hf, _ = hf(cfg, seq_len)
+    assert not torch.allclose(from_dict.inverse_frequencies(r, base, seq_len=seq_len), inv_hf, **HF_TOL)
+
+
+def test_hugging_face_has_no_static_ntk_type():
+    """Static NTK-aware scaling has no ``rope_type`` of its own in Hugging Face (ours is named ``ntk``):
+    it is ``dynamic`` with factor 1 read at s L (the next test), or the base raised by hand."""
+    assert rs.NTKScaling(4.0).rope_type not in ROPE_INIT_FUNCTIONS
+    assert {"linear", "dynamic", "yarn", "llama3", "longrope"} <= set(ROPE_INIT_FUNCTIONS)
+
+
+@SETTINGS
 @given(head=HEADS, base=BASES, factor=FACTORS, L=st.integers(16, 4096))
 def test_static_ntk_equals_hugging_face_dynamic_at_s_times_L(head, base, factor, L):
     d, r = head

@@ -96,9 +96,9 @@ def _label(scheme, layout, form, backend) -> str:
 
 
 def _provenance(preset: str, p: dict, device: torch.device, compiled: bool, load_start, seconds: float,
-                commit: str) -> dict:
+                commit: str, threads: int) -> dict:
     return dict(**machine(device, commit=commit),
-                preset=preset, sizes=dict(p), threads=torch.get_num_threads(),
+                preset=preset, sizes=dict(p), threads=threads,
                 load_average_start=load_start, load_average_end=load_average(), wall_seconds=round(seconds, 1),
                 flex_compiled=compiled,
                 timing=("per context, every case is timed in rounds, one burst of `iters` decode steps per case "
@@ -139,6 +139,7 @@ def run_decode_benchmark(preset: str = "cpu", *, device=None, schemes=None, back
     previous_threads = torch.get_num_threads()
     if p["threads"] is not None:
         torch.set_num_threads(p["threads"])
+    threads_used = torch.get_num_threads()  # read before the finally below restores it
     load_start, start, commit = load_average(), time.perf_counter(), git_commit()  # the code that runs
     results, complete = [], True
     try:
@@ -154,7 +155,8 @@ def run_decode_benchmark(preset: str = "cpu", *, device=None, schemes=None, back
         complete = False
     finally:
         torch.set_num_threads(previous_threads)
-    provenance = _provenance(preset, p, device, compiled, load_start, time.perf_counter() - start, commit)
+    provenance = _provenance(preset, p, device, compiled, load_start, time.perf_counter() - start, commit,
+                             threads_used)
     return dict(complete=complete, provenance=provenance, results=results)
 
 

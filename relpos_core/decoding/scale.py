@@ -217,6 +217,7 @@ def decode_step_times(preset: str = "cpu", *, device=None, contexts=None, layout
     previous = torch.get_num_threads()
     if p["threads"] is not None and device.type == "cpu":
         torch.set_num_threads(p["threads"])
+    threads_used = torch.get_num_threads()  # read before the finally below restores it
     load_start, start, commit = load_average(), time.perf_counter(), git_commit()
     g = torch.Generator().manual_seed(seed)
     results = []
@@ -241,7 +242,7 @@ def decode_step_times(preset: str = "cpu", *, device=None, contexts=None, layout
                 torch.cuda.empty_cache()
     finally:
         torch.set_num_threads(previous)
-    provenance = dict(**machine(device, commit=commit), preset=preset, sizes=p, threads=torch.get_num_threads(),
+    provenance = dict(**machine(device, commit=commit), preset=preset, sizes=p, threads=threads_used,
                       load_average_start=load_start, load_average_end=load_average(),
                       wall_seconds=round(time.perf_counter() - start, 1),
                       timing=("per context, every layout timed once per round (repeats rounds, side by side); a "
