@@ -44,8 +44,11 @@ def one_thread():
 def pytest_collection_modifyitems(config, items):
     """Compiling FlexAttention takes seconds a kernel on a CPU: every test that compiles it (a
     ``flex`` backend in its parameters, or flex in its name) is ``slow`` like the explicitly
-    marked ones, so ``make unit`` (``-m "not slow"``) stays fast; ``make test`` runs them all."""
+    marked ones, so ``make unit`` (``-m "not slow"``) stays fast; ``make test`` runs them all. A test
+    marked ``flex_eager`` runs FlexAttention's eager reference only (``compiled=False``) and stays fast."""
     for item in items:
+        if item.get_closest_marker("flex_eager") is not None:
+            continue
         params = getattr(getattr(item, "callspec", None), "id", "") or ""
         if "flex" in item.originalname or "flex" in params.split("-"):
             item.add_marker(pytest.mark.slow)
