@@ -192,11 +192,9 @@ def test_flex_on_cpu_with_gradients_warns_and_uses_sdpa():
 
 # ----------------------------------------------------------------------------- compiled FlexAttention
 
-COMPILED_CASES = [  # (scheme, form, Lq, Lk, causal): a decode step, a prefill with Lq != Lk, an encoder
-    ("t5", "gather", 1, 37, True),
-    ("deberta", "gather", 24, 37, True),
-    ("shaw_key", "naive", 37, 37, False),
-]
+SHAPES = [(1, 37, True), (24, 37, True), (37, 37, False)]  # (Lq, Lk, causal): a decode step, a prefill, an encoder
+# (scheme, form, Lq, Lk, causal): the flex sample (the richest flex path per form), each at one of the shapes
+COMPILED_CASES = [(scheme, form, *SHAPES[i % len(SHAPES)]) for i, (scheme, form, _) in enumerate(FLEX_SAMPLE)]
 
 
 @pytest.mark.slow

@@ -10,8 +10,8 @@ sum_{t = j .. i} g_it, a real number. Its embedding interpolates the two integer
 positions around it, e[floor p] and e[ceil p], from a learned table of ``max_positions``
 rows shared by the heads (p is clamped at the last row); the logit gains q_i . e(p_ij),
 added to the scaled content logit as the paper's code does. Decoder only (the gates sum
-over earlier keys). Sign convention: ``key_minus_query`` for the mask; the position
-itself is no offset. The piece is ``relpos_core.pieces.contextual.ContextualPositions``:
+over earlier keys). Sign convention: none (a position here is a count of gates, not an
+offset; the causal mask is the library's, key_pos <= query_pos). The piece is ``relpos_core.pieces.contextual.ContextualPositions``:
 naive eager and SDPA compute it, every other path refuses it with its reason.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = ["position_term", "cope_logits", "CoPEOptions", "CoPEPosition", "SCHEM
 def position_term(table: torch.Tensor) -> PositionTerm:
     """CoPE's term for ``rp.attend`` (causal calls only): ``table`` (npos, d) or (H, npos, d), e[0 .. npos - 1]."""
     check_tensor("table", table, ndim=(2, 3), floating=True)
-    return PositionTerm(scheme="cope", convention="key_minus_query", pieces=(ContextualPositions(table),),
+    return PositionTerm(scheme="cope", convention="none", pieces=(ContextualPositions(table),),
                         causal_only=True)
 
 
@@ -75,7 +75,7 @@ class CoPEPosition(PositionModule):
 
 SCHEME = Scheme(
     name="cope", color="#c2a83e", short="CoPE", display="CoPE", paper="Golovneva et al. 2024",
-    cite="golovneva2024cope", chapter=None, convention="key_minus_query",
+    cite="golovneva2024cope", chapter=None, convention="none",
     formula=r"q_i \cdot e\big(\textstyle\sum_{t=j}^{i} \sigma(q_i \cdot k_t)\big)",
     code="relpos_core.schemes.cope.cope_logits", injects="vector on the logit",
     summary="positions counted by gates on q . k, read from an interpolated table",
