@@ -77,18 +77,10 @@ def _check_term(term: PositionTerm, q: torch.Tensor) -> None:
     for name, t in term.tensors():
         if t.device != q.device:
             raise ValueError(f"the term's {name} must be on q's device {q.device}, got {t.device}")
-    for piece in term.query_vectors + term.key_vectors + ((term.value,) if term.value is not None else ()):
-        if piece.table.shape[-1] != d:
-            raise ValueError(f"the term's {piece.name} table has head size {piece.table.shape[-1]}, q has d = {d}")
-        if piece.table.dim() == 3 and piece.table.shape[0] != H:
-            raise ValueError(f"the term's {piece.name} table has {piece.table.shape[0]} heads, q has H = {H}")
-    for piece in term.scalars:
-        if piece.num_heads != H:
-            raise ValueError(f"the term's {piece.name} has {piece.num_heads} heads, q has H = {H}")
-    for name, t in (("content_shift", term.content_shift),
-                    *((f"{p.name} shift", p.shift) for p in term.query_vectors if p.shift is not None)):
-        if t is not None and tuple(t.shape) != (H, d):
-            raise ValueError(f"the term's {name} must be (H, d) = ({H}, {d}), got {tuple(t.shape)}")
+    for piece in term.all_pieces:
+        piece.check(H, d)
+    if term.content_shift is not None and tuple(term.content_shift.shape) != (H, d):
+        raise ValueError(f"the term's content_shift must be (H, d) = ({H}, {d}), got {tuple(term.content_shift.shape)}")
 
 
 def choose_form(term: PositionTerm, form: str | None) -> str:
@@ -96,7 +88,7 @@ def choose_form(term: PositionTerm, form: str | None) -> str:
     with no per-offset table (FIRE), else "gather"."""
     if form is not None:
         return check_choice("form", form, FORMS)
-    if not (term.has_logit_terms or term.value is not None):
+    if not term.formed:
         return "none"
     return "gather" if term.offset_only else "naive"
 

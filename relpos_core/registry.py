@@ -20,7 +20,7 @@ import torch
 
 from relpos_core import schemes
 from relpos_core.kernels.forms import BACKENDS, FORMS
-from relpos_core.terms import NO_POSITION, PairScalar, PositionTerm, ScalarSlopes
+from relpos_core.terms import NO_POSITION, PositionTerm
 
 __all__ = [
     "Path",
@@ -96,27 +96,25 @@ def example_term(scheme: str, *, num_heads: int, head_dim: int, k: int | None = 
 
 
 def unsupported_reason(term: PositionTerm, form: str, backend: str) -> str | None:
-    """Why (form, backend) cannot compute ``term`` at all, or None when it can."""
+    """Why (form, backend) cannot compute ``term`` at all, or None when it can.
+
+    Walks the term's pieces: the first piece that does not list (form, backend) among
+    what it computes refuses it with its own reason (``Piece.supports``).
+    """
     if form not in FORMS:
         return f"form must be one of {list(FORMS)}, got {form!r}"
     if backend not in BACKENDS:
         return f"backend must be one of {list(BACKENDS)}, got {backend!r}"
-    has_pieces = term.has_logit_terms or term.value is not None
-    if form == "none" and has_pieces:
-        return (f"form 'none' computes no position term, but {term.scheme} has {', '.join(term.pieces())}: "
+    formed = term.formed
+    if form == "none" and formed:
+        return (f"form 'none' computes no position term, but {term.scheme} has {', '.join(term.kinds())}: "
                 f"use form 'naive', 'gather' or 'skew'")
-    if form != "none" and not has_pieces:
-        return f"{term.scheme} has nothing to form (only {term.pieces() or 'no position signal'}): use form 'none'"
-    if form in ("gather", "skew") and not term.offset_only:
-        return (f"{term.scheme}'s bias depends on the query's position, not only on the offset, so no per-offset "
-                f"table exists: use form 'naive'")
-    if form == "skew" and term.scalars:
-        return "the skew form has no scalar bias (T5, ALiBi): use form 'gather'"
-    if term.value is not None and backend != "eager":
-        return (f"{term.value.name} changes the output, not the logits: no attn_mask or score_mod can express it; "
-                f"use backend 'eager'")
-    if backend == "flex" and form == "skew":
-        return "FlexAttention reads small tables inside its kernel; the skew builds a dense tensor: use form 'gather'"
+    if form != "none" and not formed:
+        return f"{term.scheme} has nothing to form (only {term.kinds() or 'no position signal'}): use form 'none'"
+    for piece in term.all_pieces:
+        reason = piece.supports(form, backend)
+        if reason is not None:
+            return reason
     return None
 
 
@@ -139,32 +137,26 @@ def call_refusal(term: PositionTerm, form: str, backend: str, call: Call) -> str
         return ("form 'skew' needs contiguous positions (each a run of consecutive integers); "
                 "use form 'gather' for explicit or evicted positions")
     lowest = -(call.Lq - 1) if call.min_offset is None else call.min_offset
-    for piece in term.query_vectors + term.key_vectors:
-        floor = piece.rows.min_offset
-        if floor is not None and lowest < floor:
-            return (f"the term's {piece.name} covers offsets j - i >= {floor} ({piece.rows.description}); "
-                    f"this call reaches {lowest}: give the table at least {-lowest + 1} rows")
+    for piece in term.all_pieces:
+        reason = piece.call_refusal(lowest)
+        if reason is not None:
+            return reason
     return None
 
 
 def _materialises(term: PositionTerm, form: str, backend: str) -> str:
-    if not (term.has_logit_terms or term.value is not None):
+    """The largest tensor the path's pieces materialise, at a call of Lq = Lk = 1024, d = 64, one head."""
+    from relpos_core.pieces.base import Sizes
+
+    if not term.formed:
         return "rotated q and k" if term.rotary is not None else "nothing"
-    vectors = bool(term.query_vectors or term.key_vectors or term.value is not None)
-    pair_scalar = any(isinstance(s, PairScalar) for s in term.scalars)
-    if backend == "flex":
-        if pair_scalar:
-            return "the [H, Lq, Lk] bias (read per pair)"
-        small = "per-row tables [B, H, L, R]" if vectors else "per-offset table [H, Lq + Lk - 1]"
-        if term.scalars and all(isinstance(s, ScalarSlopes) for s in term.scalars) and not vectors:
-            small = "nothing (slope x offset in the kernel)"
-        return small if form == "gather" else "an [Lq, Lk] index per pair"
-    dense = "[B|1, H, Lq, Lk] logits"
-    if form == "naive":
-        return ("[Lq, Lk, d] gathered table + " if vectors else "[Lq, Lk] offsets + ") + dense
-    if form == "gather":
-        return ("[Lq, Lk] int64 index + " if vectors else "") + dense
-    return "[B, H, Lq, Lq + Lk - 1] per-offset scores (viewed, not copied)"
+    sizes = Sizes(B=1, H=1, Lq=1024, Lk=1024, d=64, dtype=torch.float32, num_offsets=2047)
+    allocs = [a for piece in term.formed for a in piece.allocations(form, backend, sizes)]
+    if not allocs:
+        return "nothing (computed in the kernel)"
+    biggest = max(allocs, key=lambda a: a.nbytes)
+    dense = "" if backend == "flex" else " + [B|1, H, Lq, Lk] logits"
+    return biggest.name + dense
 
 
 def _path(scheme: str, term: PositionTerm, form: str, backend: str) -> Path:
@@ -174,7 +166,7 @@ def _path(scheme: str, term: PositionTerm, form: str, backend: str) -> Path:
     else:
         back_cpu = back_cuda = "yes"
         dtypes = ("float16", "bfloat16", "float32", "float64")
-    return Path(scheme=scheme, form=form, backend=backend, value_term=term.value is not None,
+    return Path(scheme=scheme, form=form, backend=backend, value_term=bool(term.output_pieces),
                 positions="contiguous" if form == "skew" else "any",
                 causal="required" if term.causal_only else "any", backward_cpu=back_cpu, backward_cuda=back_cuda,
                 dtypes=dtypes, materialises=_materialises(term, form, backend))

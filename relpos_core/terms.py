@@ -32,25 +32,38 @@ pair; gather: per row or offset, then index; skew: per offset, then a strided vi
 hand them to an attention backend (eager, SDPA or FlexAttention). A new scheme needs one
 file in ``relpos_core/schemes`` that builds its ``PositionTerm`` from these pieces.
 
-**Bytes.** Every piece says what it allocates beyond its result (``values_peak``, a
-``RowIndex``'s ``work_bytes``), so the byte ledger of ``relpos_core.measure.analytic``
-asks the pieces and guesses nothing about a scheme.
+**One protocol.** Every piece kind is one class of ``relpos_core.pieces`` following the
+protocol of ``relpos_core.pieces.base.Piece``: what it computes (its logits or output on
+each form, its FlexAttention reader; it may read q and k), what it supports (form x
+backend; anything else is refused with the piece's own reason, never skipped), what it
+allocates (the tensors the memory guard sums), and its stage in the concept figure. The
+kernels, the registry, ``rp.attend``'s checks, the byte count and the figures walk
+``PositionTerm.all_pieces``; none names a piece class. A piece of a new kind goes into
+``PositionTerm(pieces=(...))``.
 """
 from __future__ import annotations
 
 import math
 import numbers
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import torch
 
-from relpos_core._validate import check_choice, check_int, check_tensor
+from relpos_core._validate import check_tensor
+from relpos_core.pieces.base import Alloc, Piece, Sizes
+from relpos_core.pieces.rotary import Rotary, XPosDecay
+from relpos_core.pieces.scalars import PairScalar, ScalarFunction, ScalarSlopes, ScalarTable
+from relpos_core.pieces.vectors import (KeyVectors, QueryVectors, RowIndex, ValueVectors, check_row_table,
+                                        clipped_rows, no_work)
 
 __all__ = [
+    "Piece",
+    "Alloc",
+    "Sizes",
     "RowIndex",
     "no_work",
     "clipped_rows",
+    "check_row_table",
     "example_tensor",
     "ScalarTable",
     "ScalarSlopes",
@@ -66,46 +79,6 @@ __all__ = [
 ]
 
 
-_I64 = 8
-_F32 = 4
-
-
-def no_work(n: int) -> int:
-    """A map that allocates nothing beyond its result (it works in place on its input)."""
-    return 0
-
-
-@dataclass(frozen=True)
-class RowIndex:
-    """Which table row the pair (i, j) reads, as a function of its offset j - i.
-
-    ``rows_of_offsets`` maps an int64 tensor of offsets (any shape) to rows in
-    [0, num_rows) of the same shape; it must be elementwise (each output depends on its
-    own offset only), which every kernel path relies on, and it may overwrite its
-    argument (callers pass a fresh tensor). ``min_offset``: offsets below it have no row
-    of their own (a Transformer-XL table covers distances up to its length only); a call
-    whose visible pairs reach below it is refused rather than silently clipped.
-    ``None``: every offset has its row (clipping, as in Shaw's, is part of the scheme).
-    ``work_bytes(n)``: the bytes the map allocates at its peak on n offsets, beyond its
-    int64 input (0 for an in-place clamp; T5's buckets declare their float32 steps).
-    """
-
-    num_rows: int
-    rows_of_offsets: Callable[[torch.Tensor], torch.Tensor]
-    description: str
-    min_offset: int | None = None
-    work_bytes: Callable[[int], int] = no_work
-
-    def __call__(self, offsets: torch.Tensor) -> torch.Tensor:
-        return self.rows_of_offsets(offsets)
-
-
-def clipped_rows(k: int) -> RowIndex:
-    """Shaw's index: row clip(j - i, -k, k) + k in [0, 2k] (``key_minus_query``)."""
-    k = check_int("k", k, min_value=1)
-    return RowIndex(2 * k + 1, lambda off: off.clamp_(-k, k).add_(k), f"clip(j - i, -{k}, {k}) + {k}")
-
-
 def example_tensor(*shape, device=None, dtype=torch.float32, generator=None, scale: float = 1.0) -> torch.Tensor:
     """A random tensor for example terms (registry, benchmark, tests); empty on the meta device."""
     if torch.device(device or "cpu").type == "meta":
@@ -113,256 +86,14 @@ def example_tensor(*shape, device=None, dtype=torch.float32, generator=None, sca
     return (torch.randn(*shape, generator=generator) * scale).to(device=device, dtype=dtype)
 
 
-def check_row_table(table: torch.Tensor, rows: RowIndex) -> None:
-    """A vector table (R, d) or per head (H, R, d) with one row per row of ``rows``."""
-    check_tensor("table", table, ndim=(2, 3), floating=True)
-    if table.shape[-2] != rows.num_rows:
-        raise ValueError(f"table must have {rows.num_rows} rows ({rows.description}), "
-                         f"got shape {tuple(table.shape)}")
-
-
-@dataclass(frozen=True)
-class ScalarTable:
-    """logit_ij += table[h, ids(off_ij)], unscaled. table: (H, n). T5: ids = bucket(off)."""
-
-    table: torch.Tensor  # (H, n)
-    ids: RowIndex
-    name: str = "scalar table"
-
-    def __post_init__(self):
-        check_tensor("table", self.table, ndim=2, floating=True)
-        if self.table.shape[1] != self.ids.num_rows:
-            raise ValueError(f"table must have {self.ids.num_rows} columns (one per id of {self.ids.description}), "
-                             f"got shape {tuple(self.table.shape)}")
-
-    @property
-    def num_heads(self) -> int:
-        return self.table.shape[0]
-
-    def values(self, offsets: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """(H, *offsets.shape): the bias of each offset (in ``dtype``, default the table's)."""
-        out = self.table[:, self.ids(offsets)]
-        return out if dtype is None else out.to(dtype)
-
-    def values_peak(self, n: int, out_bytes: int) -> int:
-        """Peak bytes of ``values`` on n offsets beyond its input, result (``out_bytes``) included."""
-        return max(self.ids.work_bytes(n), _I64 * n + out_bytes)
-
-    def tensors(self) -> list[tuple[str, torch.Tensor]]:
-        return [(self.name, self.table)]
-
-
-@dataclass(frozen=True)
-class ScalarSlopes:
-    """logit_ij += slope_h * off_ij (ALiBi's -m_h (i - j)), or -slope_h |off_ij| when symmetric."""
-
-    slopes: torch.Tensor  # (H,)
-    symmetric: bool = False
-    name: str = "slopes"
-
-    def __post_init__(self):
-        check_tensor("slopes", self.slopes, ndim=1, floating=True)
-        check_choice("symmetric", self.symmetric, (False, True))
-
-    @property
-    def num_heads(self) -> int:
-        return self.slopes.shape[0]
-
-    def distance(self, offsets: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """off, or -|off| when symmetric, as ``dtype``."""
-        off = offsets.to(dtype)
-        return -off.abs() if self.symmetric else off
-
-    def values(self, offsets: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """(H, *offsets.shape) in ``dtype`` (default float32)."""
-        dtype = torch.float32 if dtype is None else dtype
-        shape = (-1,) + (1,) * offsets.dim()
-        return self.slopes.to(dtype).reshape(shape) * self.distance(offsets, dtype)
-
-    def values_peak(self, n: int, out_bytes: int) -> int:
-        """The offsets in the result's dtype (and |.| and its negation when symmetric), then the result."""
-        es = out_bytes // max(1, self.num_heads * n)
-        return es * n * (3 if self.symmetric else 1) + out_bytes
-
-    def tensors(self) -> list[tuple[str, torch.Tensor]]:
-        return [(self.name, self.slopes)]
-
-
-@dataclass(frozen=True)
-class ScalarFunction:
-    """logit_ij += fn(off_ij)[h]: a scalar per head computed from the offset (Kerple).
-
-    ``fn`` maps int64 offsets of any shape to (H, *shape) in float32 (or the dtype asked
-    for), reading the learned ``params`` (so gradients reach them); it must be
-    elementwise in the offset. ``peak(n, out_bytes)``: the most bytes ``fn`` holds at once
-    on n offsets, its result (``out_bytes``) included, declared by the scheme. Every form
-    that handles scalar terms computes it: per pair (naive), per offset then indexed
-    (gather, and FlexAttention's per-offset table).
-    """
-
-    fn: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
-    params: tuple
-    num_heads: int
-    name: str = "scalar function"
-    peak: Callable[[int, int], int] = lambda n, out_bytes: out_bytes
-
-    def __post_init__(self):
-        for i, p in enumerate(self.params):
-            check_tensor(f"params[{i}]", p, floating=True)
-        check_int("num_heads", self.num_heads, min_value=1)
-
-    def values(self, offsets: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """(H, *offsets.shape) in ``dtype`` (default float32)."""
-        return self.fn(offsets, torch.float32 if dtype is None else dtype)
-
-    def values_peak(self, n: int, out_bytes: int) -> int:
-        return self.peak(n, out_bytes)
-
-    def tensors(self) -> list[tuple[str, torch.Tensor]]:
-        return [(f"{self.name} params[{i}]", p) for i, p in enumerate(self.params)]
-
-
-@dataclass(frozen=True)
-class PairScalar:
-    """logit_ij += fn(query_pos_i, key_pos_j)[h]: a scalar that depends on both positions (FIRE).
-
-    ``fn(query_positions (Lq,), key_positions (Lk,), dtype)`` returns (H, Lq, Lk). The
-    value is not a function of the offset alone, so no per-offset table exists: only the
-    naive form (per pair) computes it, on every backend. ``peak(Lq, Lk, out_bytes)``: the
-    most bytes ``fn`` holds at once, its result included, declared by the scheme.
-    """
-
-    fn: Callable[[torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]
-    params: tuple
-    num_heads: int
-    name: str = "pair scalar"
-    peak: Callable[[int, int, int], int] = lambda Lq, Lk, out_bytes: out_bytes
-
-    def __post_init__(self):
-        for i, p in enumerate(self.params):
-            check_tensor(f"params[{i}]", p, floating=True)
-        check_int("num_heads", self.num_heads, min_value=1)
-
-    def pair_values(self, query_positions: torch.Tensor, key_positions: torch.Tensor,
-                    dtype: torch.dtype | None = None) -> torch.Tensor:
-        """(H, Lq, Lk) in ``dtype`` (default float32)."""
-        return self.fn(query_positions, key_positions, torch.float32 if dtype is None else dtype)
-
-    def pairs_peak(self, Lq: int, Lk: int, out_bytes: int) -> int:
-        return self.peak(Lq, Lk, out_bytes)
-
-    def tensors(self) -> list[tuple[str, torch.Tensor]]:
-        return [(f"{self.name} params[{i}]", p) for i, p in enumerate(self.params)]
-
-
-@dataclass(frozen=True)
-class QueryVectors:
-    """logit_ij += scale * (q_i + shift_h) . table[(h,) row(off_ij)].
-
-    table: (R, d) shared by all heads (Shaw) or (H, R, d) per head (DeBERTa, Transformer-XL);
-    shift: (H, d) or None.
-    """
-
-    table: torch.Tensor
-    rows: RowIndex
-    shift: torch.Tensor | None = None
-    name: str = "query vectors"
-
-    def __post_init__(self):
-        check_row_table(self.table, self.rows)
-        if self.shift is not None:
-            check_tensor("shift", self.shift, ndim=2, floating=True, shape={1: self.table.shape[-1]})
-
-
-@dataclass(frozen=True)
-class KeyVectors:
-    """logit_ij += scale * k_j . table[(h,) row(off_ij)]; table (R, d) or (H, R, d)."""
-
-    table: torch.Tensor
-    rows: RowIndex
-    name: str = "key vectors"
-
-    def __post_init__(self):
-        check_row_table(self.table, self.rows)
-
-
-@dataclass(frozen=True)
-class ValueVectors:
-    """out_i += sum_j p_ij table[(h,) row(off_ij)]; table (R, d) or (H, R, d)."""
-
-    table: torch.Tensor
-    rows: RowIndex
-    name: str = "value vectors"
-
-    def __post_init__(self):
-        check_row_table(self.table, self.rows)
-
-
-@dataclass(frozen=True)
-class XPosDecay:
-    """xPos's decay (Sun et al., 2022): q_n scaled by zeta^(n / scale_base), k_m by zeta^(-m / scale_base).
-
-    zeta_k = (2k / d + gamma) / (1 + gamma) per rotated pair k, so q . k gains
-    zeta^((n - m) / scale_base): a factor < 1 that shrinks with the distance behind the query.
-    """
-
-    scale_base: float = 512.0
-    gamma: float = 0.4
-
-    def __post_init__(self):
-        for name in ("scale_base", "gamma"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < math.inf:
-                raise ValueError(f"{name} must be a finite positive number, got {value!r}")
-
-
-@dataclass(frozen=True)
-class Rotary:
-    """RoPE: rotate q by its query positions and k by its key positions (no logit term).
-
-    ``base``: theta_k = base^(-2k / r) for pair k of the ``rotary_dim`` rotated dimensions
-    (None: the whole head; fewer: partial rotary, the rest pass through unchanged).
-    ``pairing``: "rotate_half" (dimension k with k + r/2) or "interleaved" (2k with 2k + 1).
-    ``scaling``: a context-extension method (``relpos_core.kernels.rotary``: its
-    ``inverse_frequencies`` and ``attention_factor``), or None. ``decay``: xPos, or None.
-    The maths is in ``relpos_core.kernels.rotary``.
-    """
-
-    base: float = 10000.0
-    pairing: str = "rotate_half"
-    rotary_dim: int | None = None
-    scaling: object | None = None
-    decay: XPosDecay | None = None
-
-    def __post_init__(self):
-        if isinstance(self.base, bool) or not isinstance(self.base, numbers.Real) or not self.base > 1:
-            raise ValueError(f"base must be a real number > 1, got {self.base!r}")
-        check_choice("pairing", self.pairing, ("rotate_half", "interleaved"))
-        if self.rotary_dim is not None:
-            r = check_int("rotary_dim", self.rotary_dim, min_value=2)
-            if r % 2:
-                raise ValueError(f"rotary_dim must be even (dimensions are rotated in pairs), got {r}")
-        if self.decay is not None and not isinstance(self.decay, XPosDecay):
-            raise ValueError(f"decay must be an XPosDecay or None, got {type(self.decay).__name__}")
-
-    @property
-    def dynamic(self) -> bool:
-        """True when the frequencies depend on the sequence length (dynamic NTK scaling)."""
-        return bool(getattr(self.scaling, "dynamic", False))
-
-    @property
-    def rotated_keys_cacheable(self) -> bool:
-        """Whether a key rotated once, at write time, stays right for every later query.
-
-        Not with xPos (its scale is kept relative to the call's positions, or it would
-        overflow) nor with a dynamic scaling (the frequencies change as the sequence grows).
-        """
-        return self.decay is None and not self.dynamic
-
-
 @dataclass(frozen=True)
 class PositionTerm:
-    """One scheme's whole position signal; see the module docstring for the logit it defines."""
+    """One scheme's whole position signal; see the module docstring for the logit it defines.
+
+    The named slots (``query_vectors``, ``key_vectors``, ``scalars``, ``value``, ``rotary``)
+    hold the pieces the book's schemes use; ``pieces`` holds pieces of any other kind.
+    Every path walks ``all_pieces``.
+    """
 
     scheme: str
     convention: str
@@ -371,8 +102,9 @@ class PositionTerm:
     query_vectors: tuple = ()
     key_vectors: tuple = ()
     scalars: tuple = ()
-    value: ValueVectors | None = None
+    value: Piece | None = None
     rotary: Rotary | None = None
+    pieces: tuple = ()
     causal_only: bool = False
     notes: dict = field(default_factory=dict)
 
@@ -384,16 +116,40 @@ class PositionTerm:
             object.__setattr__(self, "scale", float(self.scale))
         if self.content_shift is not None:
             check_tensor("content_shift", self.content_shift, ndim=2, floating=True)
+        for piece in self.all_pieces:
+            if not isinstance(piece, Piece):
+                raise ValueError(f"every piece of a PositionTerm must follow relpos_core.pieces.base.Piece, "
+                                 f"got {type(piece).__name__}")
+
+    @property
+    def all_pieces(self) -> tuple:
+        """Every piece, rotation first, then the logit pieces, then the output pieces."""
+        named = ((self.rotary,) if self.rotary is not None else ()) + tuple(self.query_vectors) \
+            + tuple(self.key_vectors) + tuple(self.scalars) + tuple(self.pieces)
+        return named + ((self.value,) if self.value is not None else ())
+
+    @property
+    def formed(self) -> tuple:
+        """The pieces a form computes (all but the rotation, which every path applies first)."""
+        return tuple(p for p in self.all_pieces if p.stage != "rotary")
+
+    @property
+    def logit_pieces(self) -> tuple:
+        return tuple(p for p in self.formed if p.stage != "output")
+
+    @property
+    def output_pieces(self) -> tuple:
+        return tuple(p for p in self.formed if p.stage == "output")
 
     @property
     def has_logit_terms(self) -> bool:
         """True when something must be added to the logits (a bias, a vector term)."""
-        return bool(self.query_vectors or self.key_vectors or self.scalars)
+        return bool(self.logit_pieces)
 
     @property
     def offset_only(self) -> bool:
         """True when every piece is a function of the offset alone (a per-offset table exists)."""
-        return not any(isinstance(s, PairScalar) for s in self.scalars)
+        return all(p.offset_only for p in self.formed)
 
     def without_rotary(self) -> "PositionTerm":
         """The same term with the rotation removed (q and k were rotated already, e.g. in a KV cache)."""
@@ -408,39 +164,14 @@ class PositionTerm:
 
     def tensors(self) -> list[tuple[str, torch.Tensor]]:
         """Every (name, tensor) the term holds: for device, dtype and gradient checks."""
-        out = []
-        if self.content_shift is not None:
-            out.append(("content_shift", self.content_shift))
-        for piece in self.query_vectors + self.key_vectors:
-            out.append((f"{piece.name} table", piece.table))
-            if getattr(piece, "shift", None) is not None:
-                out.append((f"{piece.name} shift", piece.shift))
-        for piece in self.scalars:
+        out = [("content_shift", self.content_shift)] if self.content_shift is not None else []
+        for piece in self.all_pieces:
             out.extend(piece.tensors())
-        if self.value is not None:
-            out.append((f"{self.value.name} table", self.value.table))
         return out
 
-    def pieces(self) -> list[str]:
-        """Short names of the piece kinds present (for the registry and error messages)."""
-        kinds = []
-        if self.rotary is not None:
-            kinds.append("rotary")
-        if self.query_vectors:
-            kinds.append("query_vectors")
-        if self.key_vectors:
-            kinds.append("key_vectors")
-        if any(isinstance(s, ScalarTable) for s in self.scalars):
-            kinds.append("scalar_table")
-        if any(isinstance(s, ScalarSlopes) for s in self.scalars):
-            kinds.append("scalar_slopes")
-        if any(isinstance(s, ScalarFunction) for s in self.scalars):
-            kinds.append("scalar_function")
-        if any(isinstance(s, PairScalar) for s in self.scalars):
-            kinds.append("pair_scalar")
-        if self.value is not None:
-            kinds.append("value_vectors")
-        return kinds
+    def kinds(self) -> list[str]:
+        """Short names of the piece kinds present, once each (for the registry and error messages)."""
+        return list(dict.fromkeys(p.kind for p in self.all_pieces))
 
 
 NO_POSITION = PositionTerm(scheme="none", convention="none")

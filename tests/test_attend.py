@@ -21,15 +21,27 @@ from relpos_core import registry
 from tests.references import CASES
 
 PATHS = [(p.scheme, p.form, p.backend) for p in registry.paths()]
-# FlexAttention's eager reference retraces every new shape (about a second on CPU): the per-path checks
-# below run every eager and SDPA path, and flex for one scalar and one vector scheme in each form (the
-# hypothesis test above draws every flex path)
-FLEX_SAMPLE = {("t5", "gather", "flex"), ("deberta", "naive", "flex"), ("alibi", "naive", "flex"),
-               ("shaw_key", "gather", "flex")}
-CHEAP = [p for p in PATHS if p[2] != "flex" or p in FLEX_SAMPLE]
-# every backend, every form and every kind of piece, for the half-precision check
-SAMPLE = [p for p in PATHS if p[:2] in {("t5", "naive"), ("shaw_key", "gather"), ("deberta", "skew"),
-                                         ("alibi", "gather"), ("transformer_xl", "naive"), ("rope", "none")}
+
+
+def _richest_flex_path_per_form(paths):
+    """Derived, not listed: for each form, the flex path whose term has the most kinds of piece.
+    FlexAttention's eager reference retraces every new score_mod and shape (seconds on a busy CPU), so
+    the checks that run other shapes use this sample; every flex path runs in the per-path check."""
+    best = {}
+    for scheme, form, backend in paths:
+        if backend == "flex":
+            n = len(registry.example_term(scheme, num_heads=2, head_dim=8, k=4, device="meta").kinds())
+            if form not in best or n > best[form][0]:
+                best[form] = (n, (scheme, form, backend))
+    return [path for _, path in best.values()]
+
+
+FLEX_SAMPLE = _richest_flex_path_per_form(PATHS)
+# the zero-rows check runs at the per-path check's shape (FlexAttention's traces are reused): every path
+EVERY_PATH_SHAPE = dict(B=1, Lq=3, Lk=4)
+CHEAP = [p for p in PATHS if p[2] != "flex"] + FLEX_SAMPLE
+SAMPLE = [p for p in PATHS if p[:2] in {(s, f) for s, f, _ in FLEX_SAMPLE} | {("t5", "naive"), ("alibi", "gather"),
+                                                                              ("shaw_key", "skew")}
           and (p[2] != "flex" or p in FLEX_SAMPLE)]
 H, D = 2, 8
 
@@ -106,6 +118,24 @@ def test_every_path_matches_the_float64_reference(path, Lq, extra, causal, mode,
     torch.testing.assert_close(got.double(), want, **tol)
 
 
+@pytest.mark.flex_eager
+@pytest.mark.parametrize("path", PATHS, ids="-".join)
+def test_every_path_matches_its_float64_reference_at_one_tiny_shape(path):
+    """The fast tier's check of every registry path, FlexAttention included (its eager reference,
+    compiled=False): Lq != Lk, causal, against the float64 reference of tests/references."""
+    scheme, form, backend = path
+    B, Lq, Lk = EVERY_PATH_SHAPE.values()
+    params, build = make_params(scheme, H, D, 4, torch.Generator().manual_seed(11))
+    q, kk, v = _inputs(B, Lq, Lk, D, 11)
+    kpos = torch.arange(Lk)
+    want = REFERENCES[scheme](q, kk, v, params, kpos[Lk - Lq:], kpos, True)
+    dtype = torch.float32 if backend == "flex" else torch.float64
+    got = _quiet(lambda: rp.attend(q.to(dtype), kk.to(dtype), v.to(dtype), build(dtype), form=form, backend=backend,
+                                   causal=True, compiled=False))
+    tol = dict(atol=2e-5, rtol=2e-5) if dtype == torch.float32 else dict(atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(got.double(), want, **tol)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("path", SAMPLE, ids="-".join)
 def test_half_precision_paths_stay_close(path, dtype):
@@ -162,11 +192,9 @@ def test_flex_on_cpu_with_gradients_warns_and_uses_sdpa():
 
 # ----------------------------------------------------------------------------- compiled FlexAttention
 
-COMPILED_CASES = [  # (scheme, form, Lq, Lk, causal): a decode step, a prefill with Lq != Lk, an encoder
-    ("t5", "gather", 1, 37, True),
-    ("deberta", "gather", 24, 37, True),
-    ("shaw_key", "naive", 37, 37, False),
-]
+SHAPES = [(1, 37, True), (24, 37, True), (37, 37, False)]  # (Lq, Lk, causal): a decode step, a prefill, an encoder
+# (scheme, form, Lq, Lk, causal): the flex sample (the richest flex path per form), each at one of the shapes
+COMPILED_CASES = [(scheme, form, *SHAPES[i % len(SHAPES)]) for i, (scheme, form, _) in enumerate(FLEX_SAMPLE)]
 
 
 @pytest.mark.slow
@@ -208,11 +236,12 @@ def test_block_mask_and_score_mod_masking_agree_and_the_block_mask_skips_tiles()
 # ----------------------------------------------------------------------------- shared behaviour
 
 
-@pytest.mark.parametrize("path", CHEAP, ids="-".join)
+@pytest.mark.flex_eager
+@pytest.mark.parametrize("path", PATHS, ids="-".join)
 def test_a_query_that_sees_no_key_gets_zeros_on_every_path(path):
     scheme, form, backend = path
-    params, build = make_params(scheme, H, D, 3, torch.Generator().manual_seed(6))
-    q, k, v = _inputs(1, 3, 4, D, 6, torch.float32)
+    params, build = make_params(scheme, H, D, 4, torch.Generator().manual_seed(6))
+    q, k, v = _inputs(*EVERY_PATH_SHAPE.values(), D, 6, torch.float32)
     out = _quiet(lambda: rp.attend(q, k, v, build(torch.float32), form=form, backend=backend, causal=True,
                                    query_offset=-2, compiled=False))  # queries at -2, -1, 0: two see nothing
     assert torch.equal(out[:, :, :2], torch.zeros_like(out[:, :, :2]))

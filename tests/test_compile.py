@@ -33,7 +33,7 @@ def _traced_paths():
             out.append(p)
             continue
         term = registry.example_term(p.scheme, num_heads=H, head_dim=D, k=4, device="meta")
-        key = (p.form, tuple(term.pieces()), term.causal_only)
+        key = (p.form, tuple(term.kinds()), term.causal_only)
         if key not in structures:
             structures.add(key)
             out.append(p)

@@ -21,7 +21,7 @@ LAYERS = [
     ("ground", ["relpos_core._validate", "relpos_core.budget", "relpos_core.cli", "relpos_core.provenance",
                 "relpos_core.outputs", "relpos_core.positions", "relpos_core.resources", "relpos_core.measure._profiler",
                 "relpos_core.measure.memory", "relpos_core.measure.timing"]),
-    ("pieces", ["relpos_core.offsets", "relpos_core.terms"]),
+    ("pieces", ["relpos_core.offsets", "relpos_core.pieces", "relpos_core.pieces.*", "relpos_core.terms"]),
     ("kernels", ["relpos_core.kernels", "relpos_core.kernels.*"]),
     ("schemes", ["relpos_core.schemes", "relpos_core.schemes.*"]),
     ("oracles", ["relpos_core.oracles", "relpos_core.oracles.*"]),

@@ -9,7 +9,7 @@ import torch
 import relpos_core as rp
 from relpos_core import registry
 from relpos_core.measure import MemoryBudgetError, measure_peak_memory, memory_budget
-from relpos_core.measure.analytic import analytic_bytes, peak_bytes
+from relpos_core.measure.analytic import BOUND, analytic_bytes, peak_bytes
 from tests.test_attend import COMPILED_CASES
 
 MiB, GiB = 2**20, 2**30
@@ -26,27 +26,49 @@ def _call(scheme, form, backend, Lq, Lk, d, causal, compiled=True, seed=0):
 
 
 DENSE_PATHS = [p for p in registry.paths() if p.backend != "flex"]
-# every path whose count is compared with a measurement here (FlexAttention's compile costs seconds a shape on
-# CPU: a sample of its paths, the compiled kernels of test_attend)
-MEASURED = {(p.scheme, p.form, p.backend) for p in DENSE_PATHS} | {(c[0], c[1], "flex") for c in COMPILED_CASES}
+FLEX_PATHS = [p for p in registry.paths() if p.backend == "flex"]
+# every path's count is compared with a measurement here: dense paths on the profiler, flex at a decode step
+MEASURED = {(p.scheme, p.form, p.backend) for p in DENSE_PATHS + FLEX_PATHS}
+
+
+def _within_bound(measured, counted):
+    """The stated bound (relpos_core.measure.analytic): the count is never below the measured peak and at most
+    BOUND times it (a piece's declared tensors count as alive together)."""
+    assert measured <= counted <= BOUND * measured, (measured, counted, round(counted / measured, 3))
 
 
 @pytest.mark.parametrize("path", DENSE_PATHS, ids=lambda p: f"{p.scheme}-{p.form}-{p.backend}")
-def test_counted_bytes_match_the_cpu_profiler(path):
-    """Eager and SDPA paths, B = 2, Lq != Lk, causal: counted == measured within 1%."""
+def test_counted_bytes_bound_the_cpu_profiler(path):
+    """Eager and SDPA paths, B = 2, Lq != Lk, causal: measured <= counted <= BOUND x measured."""
     Lq, Lk, d = 24, 37, 16
     causal = True
     term, q, fn = _call(path.scheme, path.form, path.backend, Lq, Lk, d, causal)
     with torch.no_grad():
         measured = measure_peak_memory(fn)
     counted = peak_bytes(term, path.form, path.backend, B=B, H=H, Lq=Lq, Lk=Lk, d=d, causal=causal)
-    assert abs(measured - counted) <= 0.01 * counted, (measured, counted)
+    _within_bound(measured, counted)
 
 
+@pytest.mark.slow  # FlexAttention's eager reference traces each path for about 2 s on CPU: 22 paths
+@pytest.mark.parametrize("path", FLEX_PATHS, ids=lambda p: f"{p.scheme}-{p.form}-{p.backend}")
+def test_counted_bytes_bound_flex_eager_reference_at_a_decode_step(path):
+    """FlexAttention's eager reference (compiled=False) at a decode step (Lq = 1, Lk = 512): it copies k and v
+    to fp32 and evaluates each reader per pair (issue 25 found 1.3-2.2x the old count): within the bound."""
+    Lq, Lk, d = 1, 512, 16
+    term, q, fn = _call(path.scheme, path.form, "flex", Lq, Lk, d, True, compiled=False)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # flex's eager reference says it is unfused
+        fn()
+        measured = measure_peak_memory(fn)
+    counted = peak_bytes(term, path.form, "flex", B=1, H=H, Lq=Lq, Lk=Lk, d=d, causal=True, compiled=False)
+    _within_bound(measured, counted)
+
+
+@pytest.mark.slow
 @pytest.mark.xdist_group("compiled-flex")
 @pytest.mark.parametrize("case", COMPILED_CASES, ids=lambda c: "-".join(map(str, c)))
-def test_counted_bytes_match_compiled_flex(case):
-    """The compiled FlexAttention kernels of test_attend (reused, not recompiled): within 1%."""
+def test_counted_bytes_bound_compiled_flex(case):
+    """The compiled FlexAttention kernels of test_attend (reused, not recompiled): within the bound."""
     scheme, form, Lq, Lk, causal = case
     g = torch.Generator().manual_seed(1)
     term = registry.example_term(scheme, num_heads=H, head_dim=16, k=6, generator=g)
@@ -56,7 +78,7 @@ def test_counted_bytes_match_compiled_flex(case):
         fn()
         measured = measure_peak_memory(fn)
     counted = peak_bytes(term, form, "flex", B=1, H=H, Lq=Lq, Lk=Lk, d=16, causal=causal)
-    assert abs(measured - counted) <= 0.01 * counted + 512, (measured, counted)  # + the BlockMask's few ints
+    _within_bound(measured, counted)
 
 
 def test_the_guard_refuses_before_allocating_and_names_a_path_that_fits():

@@ -54,11 +54,6 @@ STAGES = (
     ("output", "output: Σ α (v + a)", "a: a vector per offset"),
 )
 
-#: the stage of each piece a position term is made of (``relpos_core.terms``)
-PIECE_STAGE = {"rotary": "rotary", "query_vectors": "vector", "key_vectors": "vector",
-               "scalar_table": "scalar", "scalar_slopes": "scalar", "scalar_function": "scalar",
-               "pair_scalar": "scalar", "value_vectors": "output"}
-
 #: each scheme's compact label (its declaration's ``short``)
 LABELS = {name: schemes.lookup(name).short for name in schemes.names()}
 
@@ -103,7 +98,7 @@ def position_entry_points() -> dict[str, list[str]]:
     """Scheme -> the stages of :data:`STAGES` where its position signal enters.
 
     Read from the position term of each declared scheme (``relpos_core.schemes``; its
-    pieces, mapped by :data:`PIECE_STAGE`); absolute positions, which have no term, enter
+    pieces, each of which names its own ``stage``); absolute positions, which have no term, enter
     at the input. Variants (``shaw_key``, ``kerple_power``, ...) are left out: each enters
     where its scheme does.
     """
@@ -114,7 +109,7 @@ def position_entry_points() -> dict[str, list[str]]:
         if scheme in ("none", "absolute"):
             continue
         term = registry.example_term(scheme, num_heads=2, head_dim=8, k=4, device="meta")
-        stages = [PIECE_STAGE[piece] for piece in term.pieces()]
+        stages = [piece.stage for piece in term.all_pieces]
         entries[scheme] = list(dict.fromkeys(stages))  # in order, once each
     return entries
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from relpos_core.kernels.forms import form_module, prepare_qk
+from relpos_core.kernels.forms import compose_logits, prepare_qk
 
 __all__ = ["attention", "zero_empty_rows"]
 
@@ -34,21 +34,11 @@ def zero_empty_rows(x: torch.Tensor, pos) -> torch.Tensor:
 
 def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:
     """(B, H, Lq, d) output; arguments already validated by ``relpos_core.attend``."""
-    fm = form_module(form)
     q_content, q_pos, k = prepare_qk(q, k, term, pos)
-    scores = q_content @ k.transpose(-2, -1)  # (B, H, Lq, Lk) content score
+    content = q_content @ k.transpose(-2, -1)  # (B, H, Lq, Lk) content score
     del q_content
-    if fm is not None:
-        vec = fm.vector_logits(term, q_pos, k, pos)  # (B, H, Lq, Lk) or None
-        if vec is not None:
-            scores = scores.add_(vec)
-            del vec
-    scores = scores.mul_(term.logit_scale(q.shape[-1]))
-    if fm is not None:
-        bias = fm.scalar_bias(term, pos, scores.dtype)  # (H, Lq, Lk) or None
-        if bias is not None:
-            scores = scores.add_(bias)
-            del bias
+    scores = compose_logits(term, form, q_pos, k, pos, content.dtype, term.logit_scale(q.shape[-1]), content=content)
+    del content
     if causal:
         scores = scores.masked_fill_(~pos.visible(), float("-inf"))
     probs = torch.softmax(scores, dim=-1)  # (B, H, Lq, Lk)
@@ -56,6 +46,6 @@ def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:
     if causal:
         probs = zero_empty_rows(probs, pos)  # no visible key: weight 0, output 0
     out = probs @ v  # (B, H, Lq, d)
-    if term.value is not None:
-        out = out + fm.value_output(term.value, probs, pos)  # (B, H, Lq, d)
+    for piece in term.output_pieces:
+        out = out + piece.output(form, probs, pos)  # (B, H, Lq, d)
     return out

@@ -35,9 +35,8 @@ import warnings
 
 import torch
 
-from relpos_core.kernels import gather, sdpa
-from relpos_core.kernels.forms import prepare_qk
-from relpos_core.terms import PairScalar, QueryVectors, ScalarSlopes, ScalarTable
+from relpos_core.kernels import sdpa
+from relpos_core.kernels.forms import compose_score_mod, prepare_qk
 
 __all__ = [
     "FlexCPUBackwardWarning",
@@ -181,102 +180,18 @@ def causal_block_mask(pos, block_size: int = BLOCK_SIZE):
         BLOCK_SIZE=block_size, mask_mod=visible, seq_lengths=(Lq, Lk))
 
 
-def _offset_function(pos):
-    """(q_idx, kv_idx) -> key_pos - query_pos, inside the kernel."""
-    if pos.contiguous:
-        shift = torch.tensor(pos.shift, device=pos.query.device)  # 0-d: no recompile when it changes
-
-        def offset(q_idx, kv_idx):
-            return kv_idx - q_idx - shift
-
-        return offset
-    qp, kp = pos.query, pos.key
-
-    def offset(q_idx, kv_idx):
-        return kp[kv_idx] - qp[q_idx]
-
-    return offset
-
-
 def build_score_mod(term, form: str, q, k, pos, *, causal_in_score_mod: bool = False):
-    """The score_mod adding every logit term of ``term`` (None when it has none and nothing is masked).
+    """The score_mod adding every logit piece of ``term`` (None when it has none and nothing is masked).
 
     q (B, H, Lq, d) is the query used by position terms (rotated, unshifted), k (B, H, Lk, d).
-    Vector-term tables are multiplied by the term's scale; scalar terms are not.
+    Each piece gives its own reader (``Piece.score_mod``); the composition (scale x
+    scaled readers + unscaled readers) is ``relpos_core.kernels.forms.compose_score_mod``.
     ``causal_in_score_mod`` writes -inf for keys after the query into the score instead
     of leaving causality to a BlockMask: the same numbers, but no tile can be skipped
     (kept to measure what block skipping saves; ``attention(..., block_skipping=False)``).
     """
-    if not term.has_logit_terms and not causal_in_score_mod:
-        return None
-    B, H, Lq, d = q.shape
-    Lk = k.shape[2]
-    scale = term.logit_scale(d)
-    offset_of = _offset_function(pos)
-    lo = torch.tensor(pos.min_offset, device=q.device)  # 0-d
-    per_pair = pos.offsets() if form == "naive" else None  # (Lq, Lk) int64: the naive form reads one per pair
-    adders = []
-    for piece in term.query_vectors + term.key_vectors:
-        side = "query" if isinstance(piece, QueryVectors) else "key"
-        x = q if side == "query" else k
-        if side == "query" and piece.shift is not None:
-            x = x + piece.shift[None, :, None, :].to(x.dtype)
-        n = Lq if side == "query" else Lk
-        table = (gather.per_row_scores(x.float(), piece.table.float()) * scale).reshape(B * H * n, -1)  # (B H n, R)
-        if per_pair is not None:
-            adders.append(_pair_reader(table, piece.rows(per_pair.clone()), side, H, n))
-        else:
-            lut = piece.rows(torch.arange(pos.min_offset, pos.max_offset + 1, device=q.device))  # (R_off,)
-            adders.append(_offset_reader(table, lut, lo, side, H, n))
-    for piece in term.scalars:
-        if isinstance(piece, ScalarSlopes):
-            adders.append(_slopes_reader(piece, per_pair))
-        elif isinstance(piece, ScalarTable) and per_pair is not None:
-            ids = piece.ids(per_pair.clone())  # (Lq, Lk) the bucket-id tensor
-            table = piece.table.float().contiguous()  # (H, n)
-            adders.append(lambda b, h, qi, ki, off, t=table, ids=ids: t[h, ids[qi, ki]])
-        elif isinstance(piece, PairScalar):  # FIRE: one value per pair, read per pair (naive form only)
-            vals = piece.pair_values(pos.query, pos.key, torch.float32).reshape(H, Lq * Lk)  # (H, Lq Lk)
-            adders.append(lambda b, h, qi, ki, off, t=vals: t[h, qi * Lk + ki])
-        elif per_pair is not None:  # a function of the offset, evaluated per pair (naive form)
-            vals = piece.values(per_pair, torch.float32).reshape(H, Lq * Lk).contiguous()  # (H, Lq Lk)
-            adders.append(lambda b, h, qi, ki, off, t=vals: t[h, qi * Lk + ki])
-        else:
-            vals = gather.per_offset_values(piece, pos, torch.float32).contiguous()  # (H, R_off) fp32
-            adders.append(lambda b, h, qi, ki, off, t=vals: t[h, off - lo])
-
-    def score_mod(score, b, h, q_idx, kv_idx):
-        off = offset_of(q_idx, kv_idx)
-        for add in adders:
-            score = score + add(b, h, q_idx, kv_idx, off)
-        if causal_in_score_mod:
-            score = torch.where(off <= 0, score, -float("inf"))
-        return score
-
-    return score_mod
-
-
-def _offset_reader(table, lut, lo, side, H, n):
-    if side == "query":
-        return lambda b, h, qi, ki, off: table[(b * H + h) * n + qi, lut[off - lo]]
-    return lambda b, h, qi, ki, off: table[(b * H + h) * n + ki, lut[off - lo]]
-
-
-def _pair_reader(table, rows, side, H, n):
-    if side == "query":
-        return lambda b, h, qi, ki, off: table[(b * H + h) * n + qi, rows[qi, ki]]
-    return lambda b, h, qi, ki, off: table[(b * H + h) * n + ki, rows[qi, ki]]
-
-
-def _slopes_reader(piece, per_pair):
-    slopes = piece.slopes.float().contiguous()  # (H,)
-    if per_pair is None:
-        if piece.symmetric:
-            return lambda b, h, qi, ki, off: -slopes[h] * off.abs()
-        return lambda b, h, qi, ki, off: slopes[h] * off
-    if piece.symmetric:
-        return lambda b, h, qi, ki, off: -slopes[h] * per_pair[qi, ki].abs()
-    return lambda b, h, qi, ki, off: slopes[h] * per_pair[qi, ki]
+    return compose_score_mod(term, form, q, k, pos, term.logit_scale(q.shape[-1]),
+                             causal_in_score_mod=causal_in_score_mod)
 
 
 def needs_cpu_fallback(q, k, v, term) -> bool:

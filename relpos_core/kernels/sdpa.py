@@ -24,24 +24,15 @@ import torch
 import torch.nn.functional as F
 
 from relpos_core.kernels.eager import zero_empty_rows
-from relpos_core.kernels.forms import form_module, prepare_qk
+from relpos_core.kernels.forms import compose_logits, prepare_qk
 from relpos_core.kernels.sdpa_backends import active_forced_backend, check_backend_supports
 
 __all__ = ["attention", "dense_bias"]
 
 
 def dense_bias(term, q_pos, k, pos, form: str, dtype: torch.dtype) -> torch.Tensor | None:
-    """scale * vector terms + scalar terms as one fresh (1|B, H, Lq, Lk) tensor, or None."""
-    fm = form_module(form)
-    if fm is None or not term.has_logit_terms:
-        return None
-    bias = fm.vector_logits(term, q_pos, k, pos)  # (B, H, Lq, Lk) or None
-    if bias is not None:
-        bias = bias.mul_(term.logit_scale(q_pos.shape[-1]))
-    scalars = fm.scalar_bias(term, pos, dtype)  # (H, Lq, Lk) or None
-    if scalars is not None:
-        bias = scalars.unsqueeze(0) if bias is None else bias.add_(scalars)  # (1|B, H, Lq, Lk)
-    return bias
+    """scale * scaled pieces + unscaled pieces as one fresh (1|B, H, Lq, Lk) tensor, or None."""
+    return compose_logits(term, form, q_pos, k, pos, dtype, term.logit_scale(q_pos.shape[-1]))
 
 
 def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:

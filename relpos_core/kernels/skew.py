@@ -19,9 +19,10 @@ papers' code has them, then the form the kernel paths use:
   j - i + Lq - 1 of row i, i.e. flat element i (R - 1) + j + (Lq - 1) with R = Lq + Lk - 1:
   a row stride of R - 1 instead of R, which is what shifts each row one step left.
 
-``vector_logits`` and ``value_output`` are the kernel form (same interface as ``naive``
-and ``gather``): they need contiguous positions (the offsets must form one run) and have
-no scalar-bias form (T5 and ALiBi use ``gather``). Offsets are ``key_minus_query``.
+The kernel form is each vector piece's own (``Piece.logits(form="skew", ...)`` in
+``relpos_core.pieces.vectors``, with ``skew_view_of`` and ``per_offset_table``): it needs
+contiguous positions (the offsets must form one run); scalar pieces have no skew form and
+refuse it (T5 and ALiBi use ``gather``). Offsets are ``key_minus_query``.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from relpos_core._validate import check_tensor
+from relpos_core.pieces.vectors import per_offset_table, skew_view_of
 
 __all__ = [
     "skew",
@@ -37,9 +39,6 @@ __all__ = [
     "relative_logits_causal_skew",
     "relative_logits_bidirectional_skew",
     "skew_view",
-    "vector_logits",
-    "value_output",
-    "scalar_bias",
     "per_offset_table",
 ]
 
@@ -149,76 +148,4 @@ def skew_view(per_offset: torch.Tensor, query_len: int, key_len: int, *, side: s
         raise ValueError(f"per_offset must be (B, H, {Lq if side == 'query' else Lk}, Lq + Lk - 1 = {Lq + Lk - 1}) "
                          f"for Lq = {Lq}, Lk = {Lk}, got shape {tuple(per_offset.shape)}")
     t = per_offset.contiguous()
-    return _view(t, Lq, Lk, side, t.storage_offset())
-
-
-def _view(t: torch.Tensor, Lq: int, Lk: int, side: str, base: int = 0) -> torch.Tensor:
-    """``skew_view`` of a contiguous tensor whose elements start ``base`` into its storage (the kernels pass
-    tensors they allocated, base 0: reading ``storage_offset()`` would break a torch.compile graph)."""
-    B, H, _, R = t.shape
-    sb, sh = (R * t.shape[2]) * H, R * t.shape[2]  # the strides of a contiguous (B, H, rows, R) tensor
-    if side == "query":  # element i R + (j - i + Lq - 1) = i (R - 1) + j + Lq - 1
-        return t.as_strided((B, H, Lq, Lk), (sb, sh, R - 1, 1), base + Lq - 1)
-    # key side: element j R + (i - j + Lk - 1) = j (R - 1) + i + Lk - 1
-    return t.as_strided((B, H, Lq, Lk), (sb, sh, 1, R - 1), base + Lk - 1)
-
-
-def _require_contiguous(pos):
-    if not pos.contiguous:
-        raise ValueError("the skew form needs contiguous positions (query and key positions each a run of "
-                         "consecutive integers); use form='gather' for explicit or evicted positions")
-
-
-def per_offset_table(table: torch.Tensor, rows, pos, *, reverse: bool = False) -> torch.Tensor:
-    """The table expanded to one row per offset of the call: (R_off, d) or (H, R_off, d).
-
-    Row c holds E[row(min_offset + c)] (or, reversed, E[row(max_offset - c)]): Huang et
-    al.'s one embedding per distance, built from a clipped or bucketed table.
-    """
-    offsets = torch.arange(pos.min_offset, pos.max_offset + 1, device=table.device)  # (R_off,)
-    if reverse:
-        offsets = offsets.flip(0)
-    idx = rows(offsets)  # (R_off,)
-    return table[idx] if table.dim() == 2 else table[:, idx]  # (R_off, d) or (H, R_off, d)
-
-
-def vector_logits(term, q: torch.Tensor, k: torch.Tensor, pos) -> torch.Tensor | None:
-    """Sum of the term's query- and key-vector logits, unscaled: (B, H, Lq, Lk), or None."""
-    if not (term.query_vectors or term.key_vectors):
-        return None
-    _require_contiguous(pos)
-    Lq, Lk = pos.query_len, pos.key_len
-    out = None
-    for piece in term.query_vectors:
-        x = q if piece.shift is None else q + piece.shift[None, :, None, :].to(q.dtype)  # (B, H, Lq, d)
-        e = per_offset_table(piece.table, piece.rows, pos).to(q.dtype)  # (R_off, d) or (H, R_off, d)
-        per_offset = (x @ e.transpose(-2, -1)).contiguous()  # (B, H, Lq, R_off), a fresh tensor
-        del e
-        view = _view(per_offset, Lq, Lk, "query")  # (B, H, Lq, Lk), no copy
-        out = view.clone() if out is None else out.add_(view)
-        del view, per_offset
-    for piece in term.key_vectors:
-        e = per_offset_table(piece.table, piece.rows, pos, reverse=True).to(k.dtype)  # (R_off, d) or (H, R_off, d)
-        per_offset = (k @ e.transpose(-2, -1)).contiguous()  # (B, H, Lk, R_off), offsets in reversed order
-        del e
-        view = _view(per_offset, Lq, Lk, "key")  # (B, H, Lq, Lk)
-        out = view.clone(memory_format=torch.contiguous_format) if out is None else out.add_(view)
-        del view, per_offset
-    return out
-
-
-def value_output(value, probs: torch.Tensor, pos) -> torch.Tensor:
-    """sum_j probs_ij E[row(j - i)] by writing the weights into per-offset columns: (B, H, Lq, d)."""
-    _require_contiguous(pos)
-    B, H, Lq, Lk = probs.shape
-    per_offset = probs.new_zeros(B, H, Lq, Lq + Lk - 1)  # (B, H, Lq, R_off)
-    _view(per_offset, Lq, Lk, "query").copy_(probs)  # each pair lands in its offset column
-    e = per_offset_table(value.table, value.rows, pos).to(probs.dtype)  # (R_off, d) or (H, R_off, d)
-    return per_offset @ e  # (B, H, Lq, d)
-
-
-def scalar_bias(term, pos, dtype: torch.dtype) -> None:
-    """The skew form has no scalar-bias form: None for a term without one, else an error."""
-    if term.scalars:
-        raise ValueError("the skew form has no scalar bias (T5, ALiBi): use form 'gather'")
-    return None
+    return skew_view_of(t, Lq, Lk, side, t.storage_offset())

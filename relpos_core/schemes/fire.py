@@ -87,16 +87,9 @@ def position_term(params: dict) -> PositionTerm:
     H = _check_params(params)
     width = params["w1"].shape[0]
 
-    def peak(Lq: int, Lk: int, out_bytes: int) -> int:
-        es = out_bytes // max(1, H * Lq * Lk)
-        pair = Lq * Lk * es
-        # the positions as floats, the distances and x alive throughout; then the (Lq, Lk, width) hidden layer
-        # twice (before and after its bias, or its bias and the ReLU), or the ReLU's output with the product
-        # by w2 and the result (Lq, Lk, H)
-        return (Lq + Lk) * es + 2 * pair + max(2 * width * pair, width * pair + 2 * out_bytes)
-
     piece = PairScalar(_fire(params), tuple(params[k] for k in ("w1", "b1", "w2", "b2", "c", "L")), H,
-                       name="FIRE", peak=peak)
+                       name="FIRE",
+                       working=3 + 2 * width + 2 * H)  # positions, distances, the hidden layer twice, the result
     return PositionTerm(scheme="fire", convention="query_minus_key", scalars=(piece,))
 
 

@@ -76,13 +76,8 @@ def position_term(r1: torch.Tensor, r2: torch.Tensor, *, kernel: str = "log") ->
     check_tensor("r2", r2, ndim=1, floating=True, shape={0: r1.shape[0]})
     H = r1.shape[0]
 
-    def peak(n: int, out_bytes: int) -> int:
-        # |offsets| in the result's dtype, then two (H, n) tensors at once: r2 d and its log, or the log and
-        # the result (log kernel); the power kernel also holds its distance > 0 mask (one byte an offset)
-        per_value = out_bytes // max(1, H * n)
-        return n * per_value + (0 if kernel == "log" else n) + 2 * out_bytes
-
-    piece = ScalarFunction(_kernel(kernel, r1, r2), (r1, r2), H, name=f"Kerple {kernel} kernel", peak=peak)
+    piece = ScalarFunction(_kernel(kernel, r1, r2), (r1, r2), H, name=f"Kerple {kernel} kernel",
+                           working=3)  # |i - j|, its kernel step and the result
     return PositionTerm(scheme=f"kerple_{kernel}", convention="query_minus_key", scalars=(piece,),
                         notes=dict(kernel=kernel))
 
