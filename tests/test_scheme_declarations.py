@@ -78,7 +78,8 @@ DENSE_BACKENDS = tuple(b for b in rp.kernels.forms.BACKENDS if b != "flex")
 def test_every_path_has_a_byte_count_and_a_measurement(name):
     """Checked against rp.attend and the CPU profiler, not against the registry's own list: every (form,
     backend) pair on the dense backends either computes the call, and then the registry lists it and its
-    byte count equals the profiler's measured peak within 1 % (tests/test_memory.py's bound), or is refused
+    byte count holds the stated bound against the profiler's measured peak (measured <= count <= BOUND x measured,
+    as tests/test_memory.py checks), or is refused
     with a ValueError, and then the registry does not list it. Every listed FlexAttention path counts at
     least the output it returns."""
     listed = {(p.form, p.backend) for p in rp.registry.paths(name)}
@@ -92,7 +93,8 @@ def test_every_path_has_a_byte_count_and_a_measurement(name):
             with torch.no_grad():
                 measured = rp.measure.measure_peak_memory(call)
             counted = rp.measure.analytic.peak_bytes(term, form, backend, causal=True, **sizes)
-            assert abs(measured - counted) <= 0.01 * counted, (form, backend, measured, counted)
+            bound = rp.measure.analytic.BOUND
+            assert measured <= counted <= bound * measured, (form, backend, measured, counted)
     for form, backend in sorted(listed):
         if backend == "flex":
             sizes = dict(B=1, H=2, Lq=8, Lk=8, d=8)

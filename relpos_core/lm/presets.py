@@ -40,8 +40,15 @@ DECODABLE: tuple[str, ...] = tuple(n for n in schemes.names() if schemes.lookup(
 # (step times measured before the committed run: RoPE 49 ms, Shaw 83 ms, Transformer-XL 73 ms, Music
 # Transformer 147 ms at batch 16 x 128 tokens, one thread); with the machine shared, the full run
 # would not have fitted its time. Any of them trains here when a preset names it.
-SCALAR_OR_ROTATION: tuple[str, ...] = tuple(n for n in DECODABLE
-                                           if schemes.lookup(n).scheme.injects != "vector on the logit")
+def _adds_vectors(name: str) -> bool:
+    """Whether the scheme's term has a piece of the "vector" stage (read from its pieces, not a label)."""
+    from relpos_core.registry import example_term
+
+    term = example_term(name, num_heads=2, head_dim=8, k=4, device="meta")
+    return any(piece.stage == "vector" for piece in term.all_pieces)
+
+
+SCALAR_OR_ROTATION: tuple[str, ...] = tuple(n for n in DECODABLE if not _adds_vectors(n))
 
 
 @dataclass(frozen=True)
