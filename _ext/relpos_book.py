@@ -1,15 +1,15 @@
 """Sphinx extension for the relpos book: light pages (figures drawn on demand from the
-smallest plotly.js bundle, slider frames in files of their own, no icon font), MathJax
+smallest plotly.js bundle, figure specs and slider frames in files of their own, no icon font), MathJax
 shipped with the book, and the bibliography labelled by author and year.
 
 * A figure output of a notebook (``relpos_core/figures/_plotly.py``) is a div and a
   script that holds the figure's spec and draws it at once (loading plotly.js from a CDN
   outside the book). In the book, each such output is rewritten into the div and its
-  spec as JSON (``<script type="application/json">``); a slider's frames go to a file of
-  their own, ``_static/relpos-frames/<id>.json``. The page loads ``relpos-figures.js``
+  spec goes to a file of its own, ``_static/relpos-figures/<id>.json`` (slider frames
+  included: 0.4 MB for one figure of chapter 3). The page loads ``relpos-figures.js``
   (deferred; built from the same drawing code, ``figure_js()``), which draws a figure when
   it scrolls near the screen (IntersectionObserver): only then are plotly.js and the
-  frames fetched. plotly.js is the smallest bundle that has every trace type of the page
+  spec fetched. plotly.js is the smallest bundle that has every trace type of the page
   (``assets/vendor/plotly``: basic, cartesian; the plotly package's full plotly.min.js
   otherwise), the version the executing plotly package expects, no CDN. A page without
   figures loads none of this.
@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 PLOTLY_JS = "plotly.min.js"
 FIGURES_JS = "relpos-figures.js"
-FRAMES_DIR = "relpos-frames"
+FIGURES_DIR = "relpos-figures"
 ICONS_CSS = "relpos-icons.css"
 VENDOR = Path(__file__).resolve().parents[1] / "assets" / "vendor" / "plotly"
 # the smallest first: (file under _static, the trace types it draws); see assets/vendor/plotly
@@ -100,7 +100,7 @@ def _copy_assets(app, exception) -> None:
     if getattr(app.env, "relpos_full_plotly", False):
         shutil.copyfile(_plotly_js_source(), static / PLOTLY_JS)
     (static / FIGURES_JS).write_text(figures_js())
-    _drop_icon_font(Path(app.outdir))
+    _lighten_pages(Path(app.outdir))
     source = _mathjax_source()
     if source is not None:
         for path in source.rglob("*"):
@@ -132,7 +132,7 @@ def _check_vendored_plotly() -> None:
 
 def figures_js() -> str:
     """``_static/relpos-figures.js``: draws each figure of the page when it comes near the
-    screen, after loading its page's plotly.js bundle and its slider frames."""
+    screen, after loading its page's plotly.js bundle and its spec (slider frames included)."""
     from relpos_core.figures._plotly import figure_js
     from relpos_core.figures.style import THEMES
 
@@ -155,20 +155,17 @@ def figures_js() -> str:
     }}
     return loading[bundle];
   }}
-  function frames(div) {{
-    var url = div.getAttribute("data-relpos-frames");
-    if (!url) {{ return Promise.resolve(null); }}
+  function load(div) {{
+    var url = div.getAttribute("data-relpos-spec");
     return fetch(url).then(function (r) {{
       if (!r.ok) {{ throw new Error("could not load " + url + ": HTTP " + r.status); }}
       return r.json();
     }});
   }}
   function show(div) {{
-    var spec = JSON.parse(document.getElementById(div.id + "-spec").textContent);
     div.setAttribute("data-relpos-state", "loading");
-    return Promise.all([plotly(div.getAttribute("data-relpos-plotly")), frames(div)]).then(function (got) {{
-      if (got[1]) {{ spec.frames = got[1]; }}
-      return relposFigure(spec, div.id, themes)();
+    return Promise.all([plotly(div.getAttribute("data-relpos-plotly")), load(div)]).then(function (got) {{
+      return relposFigure(got[1], div.id, themes)();
     }}).then(function () {{ div.setAttribute("data-relpos-state", "drawn"); }}, function (err) {{
       div.setAttribute("data-relpos-state", "failed");
       div.textContent = "This figure could not be drawn: " + err.message;
@@ -211,13 +208,14 @@ def plotly_bundle(types: set[str]) -> str | None:
     return None
 
 
-def book_figures(body: str, root: str) -> tuple[str, list[tuple[str, list]], set[str]]:
-    """``body`` with every figure output in its book form; the slider frames to write
-    (``(id, frames)``) and the trace types drawn. ``root`` is the page's way up to the
+def book_figures(body: str, root: str) -> tuple[str, list[tuple[str, dict]], set[str]]:
+    """``body`` with every figure output in its book form (an empty div that names its
+    spec's file); the specs to write (``(id, spec)``, slider frames included) and the
+    trace types drawn. ``root`` is the page's way up to the
     book's root ("", "../"). A figure output that cannot be read fails the build."""
     from relpos_core.figures._plotly import SPEC_PREFIX, SPEC_SUFFIX
 
-    out, at, frames, types, converted = [], 0, [], set(), 0
+    out, at, specs, types, converted = [], 0, [], set(), 0
     for match in _FIGURE_DIV.finditer(body):
         converted += 1
         div_id = match.group("id")
@@ -228,22 +226,18 @@ def book_figures(body: str, root: str) -> tuple[str, list[tuple[str, list]], set
             raise ExtensionError(f"figure {div_id}: its script does not hold a spec that the book can read")
         spec = json.loads(body[start + len(SPEC_PREFIX):end])
         types |= _trace_types(spec)
-        attrs = ""
-        if spec.get("frames"):
-            frames.append((div_id, spec.pop("frames")))
-            attrs = f' data-relpos-frames="{root}_static/{FRAMES_DIR}/{div_id}.json"'
-        text = json.dumps(spec, separators=(",", ":")).replace("</", "<\\/")
+        specs.append((div_id, spec))
         out.append(body[at:match.start()])
         out.append(f'<div id="{div_id}" class="plotly-graph-div relpos-figure" '
-                   f'style="height:{match.group("height")}px; width:100%;"{attrs} data-relpos-plotly="@BUNDLE@"></div>'
-                   f'<script type="application/json" id="{div_id}-spec">{text}</script>')
+                   f'style="height:{match.group("height")}px; width:100%;" '
+                   f'data-relpos-spec="{root}_static/{FIGURES_DIR}/{div_id}.json" data-relpos-plotly="@BUNDLE@"></div>')
         at = close + len("</script>")
     out.append(body[at:])
     rewritten = "".join(out)
     if body.count(FIGURE_CLASS) != converted or rewritten.count("data-relpos-plotly=") != converted:
         raise ExtensionError(f"{body.count(FIGURE_CLASS)} figure outputs on the page, {converted} of them read: "
                              "one is left in its notebook form (it would load plotly from a CDN)")
-    return rewritten, frames, types
+    return rewritten, specs, types
 
 
 def _book_figures(app, pagename, templatename, context, doctree) -> None:
@@ -251,22 +245,25 @@ def _book_figures(app, pagename, templatename, context, doctree) -> None:
     if not body or "relpos-figure" not in body:
         return
     root = "../" * pagename.count("/")
-    body, frames, types = book_figures(body, root)
+    body, specs, types = book_figures(body, root)
     bundle = plotly_bundle(types)
     if bundle is None:
         app.env.relpos_full_plotly = True
         bundle = PLOTLY_JS
     context["body"] = body.replace('data-relpos-plotly="@BUNDLE@"', f'data-relpos-plotly="{bundle}"')
-    folder = Path(app.outdir) / "_static" / FRAMES_DIR
+    folder = Path(app.outdir) / "_static" / FIGURES_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    for div_id, frame_list in frames:
-        (folder / f"{div_id}.json").write_text(json.dumps(frame_list, separators=(",", ":")))
+    for div_id, spec in specs:
+        (folder / f"{div_id}.json").write_text(json.dumps(spec, separators=(",", ":")))
     app.add_js_file(FIGURES_JS, loading_method="defer")
 
 
 # -- no icon font ---------------------------------------------------------------------------
 
 _ICON_FONT = re.compile(r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>')
+# the search's scripts (searchindex.js: 0.1 MB), in <head> of every page: deferred, so that
+# they no longer hold back the first paint (the search box needs them only when used)
+_SEARCH_SCRIPTS = re.compile(r'<script src="(?P<src>[^"]*(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js))"></script>')
 _CLASS_ATTR = re.compile(r'class="([^"]*)"')
 _STYLE = {"fas": "fa-solid", "far": "fa-regular", "fab": "fa-brands",
           "fa-solid": "fa-solid", "fa-regular": "fa-regular", "fa-brands": "fa-brands"}
@@ -291,9 +288,10 @@ def icons_drawn() -> set[tuple[str, str]]:
     return set(re.findall(r"\.(fa-(?:solid|regular|brands))\.(fa-[a-z0-9-]+)::before", css))
 
 
-def _drop_icon_font(outdir: Path) -> None:
-    """Every page without the theme's Font Awesome script; each icon it uses is drawn by
-    ``relpos-icons.css`` (else the build fails: an icon would silently vanish)."""
+def _lighten_pages(outdir: Path) -> None:
+    """Every page without the theme's Font Awesome script (each icon it uses is drawn by
+    ``relpos-icons.css``, else the build fails: an icon would silently vanish) and with the
+    search's scripts deferred."""
     drawn, missing = icons_drawn(), {}
     for page in outdir.rglob("*.html"):
         if page.relative_to(outdir).parts[0].startswith("_"):
@@ -301,7 +299,10 @@ def _drop_icon_font(outdir: Path) -> None:
         html = page.read_text(encoding="utf-8")
         for icon in icons_used(html) - drawn:
             missing.setdefault(" ".join(icon), page.relative_to(outdir).as_posix())
-        page.write_text(_ICON_FONT.sub("", html), encoding="utf-8")
+        html = _ICON_FONT.sub("", html)
+        if page.name != "search.html":
+            html = _SEARCH_SCRIPTS.sub(lambda m: f'<script defer src="{m.group("src")}"></script>', html)
+        page.write_text(html, encoding="utf-8")
     if missing:
         raise ExtensionError(f"icons used but not drawn by assets/{ICONS_CSS}: {missing}")
 
