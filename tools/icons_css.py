@@ -30,6 +30,12 @@ ICONS = {
     "regular": [],
     "brands": ["github", "square-github"],
 }
+#: the icon of each admonition kind (pydata-sphinx-theme's --pst-icon-admonition-* in its CSS),
+#: drawn in the admonition's colour instead of a glyph of the icon font; "" is the default
+ADMONITIONS = {"": "bell", "note": "circle-info", "attention": "circle-exclamation",
+               "important": "circle-exclamation", "caution": "triangle-exclamation",
+               "warning": "triangle-exclamation", "danger": "triangle-exclamation", "error": "circle-xmark",
+               "hint": "lightbulb", "tip": "lightbulb", "seealso": "share", "admonition-todo": "bell"}
 CLASSES = {"solid": ("fa-solid", "fas"), "regular": ("fa-regular", "far"), "brands": ("fa-brands", "fab")}
 PREFIX = {"solid": "fas", "regular": "far", "brands": "fab"}
 
@@ -77,18 +83,28 @@ def css() -> str:
                " vertical-align: -0.125em; background-color: currentColor;"
                " -webkit-mask: var(--relpos-icon) no-repeat center / contain;"
                " mask: var(--relpos-icon) no-repeat center / contain; }"]
-    for style, names in ICONS.items():
+    def icon(style, name):
         table = tables[PREFIX[style]]
+        hit = table.get(name) or next((v for k, v in table.items() if name in v[2]), None)
+        if hit is None:
+            raise SystemExit(f"no {style} icon {name!r} in {theme_script()}")
+        width, height, aliases, paths = hit
+        svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}">'
+               + "".join(f'<path d="{p}"/>' for p in paths) + "</svg>")
+        return aliases, "data:image/svg+xml," + urllib.parse.quote(svg, safe=" /:=,.-")
+
+    for style, names in ICONS.items():
         for name in names:
-            hit = table.get(name) or next((v for k, v in table.items() if name in v[2]), None)
-            if hit is None:
-                raise SystemExit(f"no {style} icon {name!r} in {theme_script()}")
-            width, height, aliases, paths = hit
-            svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}">'
-                   + "".join(f'<path d="{p}"/>' for p in paths) + "</svg>")
-            url = "data:image/svg+xml," + urllib.parse.quote(svg, safe=" /:=,.-")
+            aliases, url = icon(style, name)
             selectors = [f".{c}.fa-{n}::before" for c in CLASSES[style] for n in [name, *aliases]]
             rules.append(f'{", ".join(selectors)} {{ --relpos-icon: url("{url}"); }}')
+    title = ".admonition{kind} > .admonition-title::after, div.admonition{kind} > .admonition-title::after"
+    rules.append(title.format(kind="") + ' { content: "" !important; font: inherit !important;'
+                 " background-color: currentColor; -webkit-mask: var(--relpos-icon) no-repeat center / contain;"
+                 " mask: var(--relpos-icon) no-repeat center / contain; }")
+    for kind, name in ADMONITIONS.items():
+        _, url = icon("solid", name)
+        rules.append(f'{title.format(kind=f".{kind}" if kind else "")} {{ --relpos-icon: url("{url}"); }}')
     return "\n".join(rules) + "\n"
 
 
