@@ -300,8 +300,7 @@ def _lighten_pages(outdir: Path) -> None:
         for icon in icons_used(html) - drawn:
             missing.setdefault(" ".join(icon), page.relative_to(outdir).as_posix())
         html = _ICON_FONT.sub("", html)
-        if page.name != "search.html":
-            html = _SEARCH_SCRIPTS.sub(lambda m: f'<script defer src="{m.group("src")}"></script>', html)
+        html = _SEARCH_SCRIPTS.sub(lambda m: f'<script defer src="{m.group("src")}"></script>', html)
         page.write_text(html, encoding="utf-8")
     if missing:
         raise ExtensionError(f"icons used but not drawn by assets/{ICONS_CSS}: {missing}")
