@@ -301,6 +301,13 @@ def _lighten_pages(outdir: Path) -> None:
             missing.setdefault(" ".join(icon), page.relative_to(outdir).as_posix())
         html = _ICON_FONT.sub("", html)
         html = _SEARCH_SCRIPTS.sub(lambda m: f'<script defer src="{m.group("src")}"></script>', html)
+        if MATHJAX_ENTRY not in html and _MATH.search(html):  # no MathJax script: typeset here
+            # math outside the body (a heading's formula in the theme's page contents), on a
+            # page whose body was typeset at build time: typeset it too
+            typeset = typeset_math(html, "../" * (len(page.relative_to(outdir).parts) - 1))
+            if typeset is not None:
+                html, css = typeset
+                html = html.replace("</head>", f'<style class="relpos-toc-math">{css}</style>\n</head>', 1)
         page.write_text(html, encoding="utf-8")
     if missing:
         raise ExtensionError(f"icons used but not drawn by assets/{ICONS_CSS}: {missing}")
