@@ -570,3 +570,59 @@ def test_table_captions_move_out_of_their_scroll_box():
     assert out.count("<div") == out.count("</div>")
     assert out.endswith('<div class="pst-scrollable-table-container"><table class="table">\n<tbody></tbody>\n'
                         '</table>\n</div>')  # a table without a caption stays as it was
+
+
+def _book_extension():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "relpos_book", Path(__file__).resolve().parents[1] / "_ext" / "relpos_book.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    return ext
+
+
+def test_the_book_moves_each_figure_spec_out_of_the_page():
+    import json
+
+    ext = _book_extension()
+    slider = rp.figures.slider(offsets_figure, [3, 4], name="L")
+    html = slider._repr_mimebundle_()["text/html"]
+    body = "<p>before</p>" + html + "<p>after</p>"
+    out, specs, types = ext.book_figures(body, "../")
+    assert out.startswith("<p>before</p>") and out.endswith("<p>after</p>")
+    assert "<script" not in out and "Plotly" not in out  # no inline spec, no CDN loader
+    (div_id, spec), = specs
+    assert f'data-relpos-spec="../_static/relpos-figures/{div_id}.json"' in out
+    assert len(spec["frames"]) == 2 and spec["data"]  # the slider's frames travel with the spec
+    assert json.loads(json.dumps(spec)) == spec
+    assert types == {"heatmap"} and ext.plotly_bundle(types).endswith("plotly-cartesian.min.js")
+    assert ext.plotly_bundle({"scatter", "bar"}).endswith("plotly-basic.min.js")
+    assert ext.plotly_bundle({"scatter3d"}) is None  # the full plotly.min.js
+    with pytest.raises(Exception, match="figure outputs on the page"):
+        ext.book_figures(body.replace('<script type="text/javascript">', "<script>"), "")
+
+
+def test_the_book_script_draws_with_the_same_code_as_a_notebook_output():
+    from relpos_core.figures._plotly import figure_js
+
+    ext = _book_extension()
+    js = ext.figures_js()
+    assert figure_js() in js and "IntersectionObserver" in js and "data-relpos-spec" in js
+
+
+@pytest.mark.skipif(__import__("shutil").which("node") is None, reason="needs Node.js")
+def test_math_is_typeset_at_build_time():
+    ext = _book_extension()
+    if ext._mathjax_source() is None:
+        pytest.skip("needs django-static-mathjax")
+    body = ('<p>a <span class="math notranslate nohighlight">\\(\\theta_k &lt; 1\\)</span> b</p>'
+            '<div class="math notranslate nohighlight">\n\\[\\begin{aligned} x &amp;= 1\\end{aligned}\\]</div>')
+    out, css = ext.typeset_math(body, "../")
+    assert out.count("<mjx-container") == 2 and 'display="true"' in out
+    assert "\\(" not in out and "\\[" not in out
+    assert "mjx-c1D703" in out  # θ
+    assert "../_static/mathjax/output/chtml/fonts/woff-v2" in css
+    with pytest.raises(Exception, match="could not typeset"):
+        ext.typeset_math('<span class="math notranslate nohighlight">\\(\\frac{1}\\)</span>', "")

@@ -60,6 +60,17 @@ def _pages(filters: list[str]) -> list[str]:
 
 
 def _wait_until_drawn(tab) -> None:
+    # the book draws a figure when it comes near the screen: scroll to each first
+    tab.evaluate("""async () => {
+      for (const d of document.querySelectorAll('div.relpos-figure')) {
+        d.scrollIntoView({block: 'center'});
+        const t0 = performance.now();
+        while (!['drawn', 'failed'].includes(d.getAttribute('data-relpos-state')) && performance.now() - t0 < 60000) {
+          await new Promise(r => setTimeout(r, 50));
+        }
+      }
+      window.scrollTo(0, 0);
+    }""")
     tab.wait_for_function(
         "() => Array.from(document.querySelectorAll('.plotly-graph-div')).every(d => d.querySelector('svg.main-svg'))",
         timeout=120_000,

@@ -89,11 +89,35 @@ def figure_html(fig_dict: dict, *, div_id: str | None = None) -> str:
     spec = pio.to_json(fig_dict, validate=False).replace("</", "<\\/")
     height = (fig_dict.get("layout") or {}).get("height") or 450
     cdn = f"https://cdn.plot.ly/plotly-{plotlyjs_version()}.min.js"
+    # The book build (_ext/relpos_book.py) reads ``var spec = ...;`` back from this
+    # script: keep that line as it is (``SPEC_PREFIX`` / ``SPEC_SUFFIX``).
     return f"""<div id="{div_id}" class="plotly-graph-div relpos-figure" style="height:{int(height)}px; width:100%;"></div>
 <script type="text/javascript">
 (function () {{
-  var spec = {spec};
-  var id = {json.dumps(div_id)}, themes = {json.dumps(THEMES)};
+{SPEC_PREFIX}{spec}{SPEC_SUFFIX}{json.dumps(div_id)}, themes = {json.dumps(THEMES)};
+{figure_js()}
+  var start = relposFigure(spec, id, themes);
+  if (window.Plotly) {{ start(); }} else {{
+    var s = document.createElement("script");
+    s.src = {json.dumps(cdn)};
+    s.onload = start;
+    document.head.appendChild(s);
+  }}
+}})();
+</script>"""
+
+
+#: the line of a figure's script that holds its spec: ``SPEC_PREFIX + JSON + SPEC_SUFFIX``
+SPEC_PREFIX = "  var spec = "
+SPEC_SUFFIX = ";\n  var id = "
+
+
+def figure_js() -> str:
+    """``relposFigure(spec, id, themes)``: the function that draws a figure spec into the
+    div ``id`` and returns ``start()`` (draw, then follow resizes and the colour mode).
+    The figure's own script (Jupyter, Colab) and the book's ``relpos-figures.js`` both
+    define it from this text, so they draw alike."""
+    return f"""  function relposFigure(spec, id, themes) {{
 {FIT_JS}
 {LAYOUT_JS}
   function draw() {{
@@ -111,15 +135,8 @@ def figure_html(fig_dict: dict, *, div_id: str | None = None) -> str:
       }}
     }});
   }}
-  function start() {{ draw().then(follow); }}
-  if (window.Plotly) {{ start(); }} else {{
-    var s = document.createElement("script");
-    s.src = {json.dumps(cdn)};
-    s.onload = start;
-    document.head.appendChild(s);
-  }}
-}})();
-</script>"""
+  return function start() {{ return draw().then(follow); }};
+  }}"""
 
 
 # The figure's layout for its width and for the page's colour mode. ``variant`` merges a

@@ -136,7 +136,8 @@ def test_page(browser, book_url, page, width):
     tab.goto(book_url + page, wait_until="load")
 
     figures = expected_figures(page)
-    if figures:
+    if figures:  # each figure is drawn when it comes near the screen: scroll to each, as a reader
+        tab.evaluate(DRAW_ALL)
         tab.wait_for_function(
             "n => document.querySelectorAll('.plotly-graph-div .main-svg').length >= n && "
             "Array.from(document.querySelectorAll('.plotly-graph-div')).every(d => d.querySelector('svg.main-svg'))",
@@ -181,6 +182,22 @@ def test_page(browser, book_url, page, width):
     assert not [e for e in errors if e not in cdn_errors], f"{page}: {errors}"
     context.close()
 
+
+# Scroll each figure into view and wait until it is drawn (the book draws a figure when
+# it comes near the screen: _ext/relpos_book.py); back to the top. The figures' states.
+DRAW_ALL = """async () => {
+  const divs = Array.from(document.querySelectorAll('div.relpos-figure'));
+  for (const d of divs) {
+    d.scrollIntoView({block: 'center'});
+    const t0 = performance.now();
+    while (!['drawn', 'failed'].includes(d.getAttribute('data-relpos-state')) && performance.now() - t0 < 20000) {
+      await new Promise(r => setTimeout(r, 50));
+    }
+  }
+  window.scrollTo(0, 0);
+  await new Promise(r => setTimeout(r, 300));
+  return divs.map(d => d.getAttribute('data-relpos-state'));
+}"""
 
 DATA = "i => JSON.stringify(document.querySelectorAll('.plotly-graph-div')[i].data.map(t => [t.x, t.y, t.z]))"
 
