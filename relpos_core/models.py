@@ -35,7 +35,7 @@ import torch.nn as nn
 from relpos_core import registry, schemes
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.attend import attend
-from relpos_core.cache import POSITION_FRAMES, ROPE_LAYOUTS, KVCache
+from relpos_core.cache import POSITION_FRAMES, ROPE_LAYOUTS, KVCache, weights_identity
 from relpos_core.kernels.rotary import rotate
 from relpos_core.schemes.declaration import ModelShape
 
@@ -259,10 +259,12 @@ class Transformer(nn.Module):
 
     # -- the cache --------------------------------------------------------------------
     def cache_signature(self, rope_layout: str | None) -> tuple:
-        """What a cache must match: scheme and options, layers, heads, head size, dtype and RoPE layout."""
+        """What a cache must match: the whole config (scheme and options, layers, heads, head size, vocabulary,
+        MLP, max_positions), the dtype and the RoPE layout. The weights are checked apart
+        (``relpos_core.cache.weights_identity``)."""
         c = self.config
         return (c.scheme, repr(c.options), c.num_layers, c.num_heads, c.head_dim, str(self.head.weight.dtype),
-                rope_layout)
+                rope_layout, c.vocab_size, c.num_outputs, c.d_model, c.d_mlp, c.causal, c.max_positions)
 
     def _rotary(self):
         terms = [t for t in self.position_terms() if t is not None and t.rotary is not None]
@@ -297,8 +299,10 @@ class Transformer(nn.Module):
             raise ValueError(f"positions={positions!r} cannot be used with {self.config.scheme}: each cached key and "
                              f"value already contains its position vector, and renumbering would mean recomputing "
                              f"them from the tokens; use positions='original'")
-        return KVCache(self.config.num_layers, sinks=sinks, window=window, positions=positions,
-                       rope_layout=rope_layout, rotary=rotary, signature=self.cache_signature(rope_layout))
+        cache = KVCache(self.config.num_layers, sinks=sinks, window=window, positions=positions,
+                        rope_layout=rope_layout, rotary=rotary, signature=self.cache_signature(rope_layout))
+        cache.weights = weights_identity(self)
+        return cache
 
     def _check_cache(self, cache, batch: int) -> None:
         if not isinstance(cache, KVCache):
@@ -308,6 +312,10 @@ class Transformer(nn.Module):
             raise ValueError(f"cache was made for another model: it expects {cache.signature}, this model is {want} "
                              f"(scheme and options, layers, heads, head size, dtype, RoPE layout); make one with "
                              f"model.new_cache()")
+        if getattr(cache, "weights", None) != weights_identity(self):
+            raise ValueError("cache was made for another model: the config matches but the weights are not the ones "
+                             "the cache was filled with (another model, or these weights changed in place since); "
+                             "make one with model.new_cache()")
         if cache.batch_size is not None and cache.batch_size != batch:
             raise ValueError(f"tokens must have the cache's batch size {cache.batch_size}, got {batch}")
 

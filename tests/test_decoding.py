@@ -446,3 +446,47 @@ def test_benchmark_ctrl_c_keeps_what_finished(tmp_path, monkeypatch):
     assert exc.value.code == 130 and saved["complete"] is False
     assert {r["status"] for r in saved["results"]} == {"ok"} and all(r["ms_per_step"]["n"] == 1
                                                                       for r in saved["results"])
+
+
+# -- a window without sinks, at original positions (the kept positions are a run that does not start at 0) --
+def _window_cases():
+    out = []
+    for scheme in DECODED:
+        paths = [p for p in dec.decode_paths(scheme, evicted=True) if p[1] != "flex"]
+        out += [(scheme, *paths[-1], layout) for layout in _layouts(scheme)]
+    return out
+
+
+@pytest.mark.parametrize("case", _window_cases(), ids=_id)
+def test_a_window_without_sinks_keeps_the_original_positions(case):
+    """sinks=0, positions="original": after an eviction the kept keys sit at e.g. 6 .. 9, not 0 .. 3;
+    cached decoding equals recomputation at those positions (before the fix the cache called them
+    contiguous and rp.attend placed them at 0 .. K - 1)."""
+    scheme, form, backend, layout = case
+    model, tokens = _model(scheme), _tokens(10)
+    cache = model.new_cache(sinks=0, window=WINDOW, positions="original", rope_layout=layout)
+    stepped = model.decode(tokens, cache, prefill=WINDOW, form=form, backend=backend)
+    recomputed = model.recompute(tokens, sinks=0, window=WINDOW, positions="original", form=form, backend=backend)
+    torch.testing.assert_close(stepped, recomputed, rtol=0, atol=1e-10)
+    assert cache.positions.tolist() == [7, 8, 9] and not cache.contiguous
+
+
+def test_a_cache_refuses_another_models_weights_and_sizes():
+    """Same config but other weights, or another vocabulary, MLP or max_positions: refused by name."""
+    model = _model("rope")
+    cache = model.new_cache()
+    model(_tokens(2), cache)
+    same_config = dec.Decoder(model.config, seed=4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="the weights are not the ones"):
+        same_config(_tokens(1), cache)
+    for change in (dict(vocab_size=VOCAB + 1), dict(d_mlp=24), dict(max_positions=32)):
+        cfg = dec.DecoderConfig(scheme="rope", **{**dict(vocab_size=VOCAB, d_model=16, num_heads=2,
+                                                          max_positions=24), **change})
+        other = dec.Decoder(cfg, seed=3, dtype=torch.float64)
+        with pytest.raises(ValueError, match="made for another model"):
+            other(_tokens(1), cache)
+    with torch.no_grad():
+        model.head.weight.add_(1.0)  # the weights changed in place since the cache was filled
+    with pytest.raises(ValueError, match="changed in place"):
+        model(_tokens(1), cache)
+    assert len(cache) == 2

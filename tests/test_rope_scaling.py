@@ -202,7 +202,7 @@ def _reference_attention(q, k, v, scaling, qpos, kpos, causal):
     """float64 from the frequencies alone: rotate-half rotation times the attention factor, softmax."""
     scaling = rs.from_config(scaling)
     d = q.shape[-1]
-    seq_len = int(kpos.max()) + 1 if scaling.dynamic else None
+    seq_len = max(int(kpos.max()), int(qpos.max())) + 1 if scaling.dynamic else None  # HF: largest position + 1
     inv = scaling.inverse_frequencies(d, 10000.0, seq_len=seq_len)  # (d/2,)
     a = scaling.attention_factor
 
@@ -295,6 +295,20 @@ def test_a_dynamic_scaling_is_not_causal_in_the_length(name):
     L = rs.from_config(SCALINGS[name]).original_max_position_embeddings
     torch.testing.assert_close(stepped[:, :L], prefixes[:, :L], rtol=0, atol=1e-10)  # within L: the same
     assert (stepped[:, L:] - prefixes[:, L:]).abs().max() > 1e-4  # beyond L they part
+
+
+@pytest.mark.parametrize("name", [n for n in SCALINGS if rs.from_config(SCALINGS[n]).dynamic])
+def test_a_dynamic_scaling_reads_the_largest_query_position(name):
+    """A query placed after every key: the sequence is as long as that query (Hugging Face's seq_len is the
+    largest position + 1), so LongRoPE uses its long factors there, not the short ones of the keys' length."""
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 2, n, 8, generator=g, dtype=torch.float64) for n in (1, 3, 3))
+    qpos, kpos = torch.tensor([20]), torch.arange(3)  # keys within the training length 4, the query far beyond
+    term = rp.schemes.rope.position_term(scaling=rs.from_config(SCALINGS[name]))
+    out = rp.attend(q, k, v, term, form="none", backend="eager", causal=True, query_positions=qpos,
+                    key_positions=kpos)
+    torch.testing.assert_close(out, _reference_attention(q, k, v, SCALINGS[name], qpos, kpos, True), rtol=0,
+                               atol=1e-12)
 
 
 @pytest.mark.parametrize("frame", ["cache", "original"])
