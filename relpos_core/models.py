@@ -124,11 +124,14 @@ def kept_positions(step: int, *, sinks: int, window: int | None) -> torch.Tensor
     """
     step = check_int("step", step, min_value=0)
     sinks = check_int("sinks", sinks, min_value=0)
-    all_positions = torch.arange(step + 1)  # (step + 1,)
     if window is None:
-        return all_positions
+        return torch.arange(step + 1)  # (step + 1,)
     window = check_positive_int("window", window)
-    return all_positions[(all_positions < sinks) | (all_positions >= step - window)]  # (K,)
+    # the sinks, then the last window positions before step and step itself: at most sinks + window + 1
+    # positions, built without the step + 1 in between (kept_positions(10**12, ...) is 5 numbers, not 8 TB)
+    head = torch.arange(min(sinks, step + 1))  # (<= sinks,)
+    tail = torch.arange(max(min(sinks, step + 1), step - window), step + 1)  # (<= window + 1,)
+    return torch.cat([head, tail])  # (K,) increasing
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,33 @@ class Block(nn.Module):
         return h + self.mlp(self.norm2(h))  # (B, n, D)
 
 
+# what each part's size comes from, for the error that refuses a model too large to build
+_SIZED_BY = {"embed": "vocab_size", "head": "num_outputs", "blocks": "d_model, d_mlp and num_layers",
+             "position": "max_positions (or the scheme's distance option)", "norm": "d_model"}
+
+
+def _check_model_bytes(cfg: TransformerConfig, dtype: torch.dtype) -> None:
+    """Count the model's parameters and buffers on the meta device (no memory) and check the budget."""
+    from relpos_core.budget import check_memory, format_bytes
+
+    with torch.device("meta"):
+        parts = dict(embed=nn.Embedding(cfg.vocab_size, cfg.d_model),
+                     position=cfg.entry.scheme.module(cfg.shape, cfg.options),
+                     blocks=nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers)),
+                     norm=nn.LayerNorm(cfg.d_model),
+                     head=nn.Linear(cfg.d_model, cfg.num_outputs, bias=False))
+    size = torch.empty(0, dtype=dtype).element_size()
+    counts = {name: sum(t.numel() for t in list(m.parameters()) + list(m.buffers())) for name, m in parts.items()}
+    # tables a scheme builds on every forward (Transformer-XL's relative rows), where it declares them
+    counts["position"] += getattr(parts["position"], "table_elements", lambda: 0)()
+    total = sum(counts.values()) * size
+    largest = max(counts, key=counts.get)
+    check_memory(total, what=f"Transformer({cfg.scheme}) with {largest} sized by {_SIZED_BY[largest]} "
+                             f"({format_bytes(counts[largest] * size)}; vocab_size={cfg.vocab_size}, "
+                             f"max_positions={cfg.max_positions})",
+                 shape=(sum(counts.values()),), dtype=dtype)
+
+
 class Transformer(nn.Module):
     """A transformer for one scheme; see the module docstring. Weights are drawn from ``seed``."""
 
@@ -210,6 +240,7 @@ class Transformer(nn.Module):
         check_int("seed", seed, min_value=0, max_value=2**63 - 1)
         check_choice("dtype", dtype, MODEL_DTYPES)
         self.config = cfg = config
+        _check_model_bytes(cfg, dtype)  # before any allocation: a vocab_size or max_positions of 2**40 is refused
         with torch.random.fork_rng(devices=[]):  # the layers' default initialisation draws from the global RNG
             self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
             self.position = cfg.entry.scheme.module(cfg.shape, cfg.options)

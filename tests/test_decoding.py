@@ -490,3 +490,29 @@ def test_a_cache_refuses_another_models_weights_and_sizes():
     with pytest.raises(ValueError, match="changed in place"):
         model(_tokens(1), cache)
     assert len(cache) == 2
+
+
+def test_kept_positions_of_a_far_step_builds_only_the_kept_ones():
+    """Before: kept_positions(10**12, window=4) built arange(10**12 + 1) (8 TB) for five positions."""
+    far = 10**12
+    assert dec.kept_positions(far, sinks=0, window=4).tolist() == list(range(far - 4, far + 1))
+    assert dec.kept_positions(far, sinks=2, window=3).tolist() == [0, 1] + list(range(far - 3, far + 1))
+    for step in range(9):  # near the start the sinks and the window overlap: each position once
+        for sinks in range(4):
+            for window in range(1, 5):
+                everything = torch.arange(step + 1)
+                want = everything[(everything < sinks) | (everything >= step - window)]
+                assert dec.kept_positions(step, sinks=sinks, window=window).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("scheme, change, name", [
+    ("transformer_xl", dict(max_positions=2**40), "max_positions"),  # before: built, then 8 TiB rows per forward
+    ("absolute", dict(max_positions=2**40), "max_positions"),
+    ("music_transformer", dict(max_positions=2**40), "max_positions"),
+    ("rope", dict(vocab_size=2**40), "vocab_size"),
+])
+def test_a_model_too_large_to_build_is_refused_before_allocating(scheme, change, name):
+    cfg = dec.DecoderConfig(scheme=scheme, **{**dict(vocab_size=VOCAB, d_model=16, num_heads=2, max_positions=24),
+                                              **change})
+    with pytest.raises(rp.budget.MemoryBudgetError, match=f"sized by {name}.*over the memory budget"):
+        dec.Decoder(cfg)

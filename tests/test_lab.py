@@ -719,3 +719,16 @@ def test_lab_workers_end_with_their_parent(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_result_files_get_the_mode_of_any_file_the_user_writes(tmp_path):
+    """Before: the result JSON came from mkstemp with mode 0600, beside 0644 HTML."""
+    import os
+    import stat
+
+    mask = os.umask(0)
+    os.umask(mask)
+    output = rp.outputs.Output(tmp_path / "r.json", explicit=True).check()
+    output.begin({})
+    output.finish({"complete": True})
+    assert stat.S_IMODE(os.stat(output.path).st_mode) == 0o666 & ~mask
