@@ -74,6 +74,9 @@ class Output:
 
     def __init__(self, path, *, explicit: bool, force: bool = False, suffix: str = ".json"):
         self.path = Path(path)
+        if self.path.name in ("", ".", "..") or str(path).endswith(os.sep):  # ".", "..", "/", "out/"
+            raise ValueError(f"{str(path)!r} names a folder; give a file name such as "
+                             f"{str(Path(path) / ('result' + suffix))!r}")
         self.explicit = bool(explicit)
         self.force = bool(force)
         self.suffix = suffix
@@ -92,9 +95,8 @@ class Output:
                          suffix: str = ".json") -> "Output":
         """``--out`` of a command line, checked before any work: a bad one ends the command with
         ``parser.error`` naming ``--out`` and why (exists, protected folder, not writable, ...)."""
-        output = cls.from_argument(out, tool=tool, force=force, suffix=suffix)
         try:
-            return output.check()
+            return cls.from_argument(out, tool=tool, force=force, suffix=suffix).check()
         except ValueError as err:
             parser.error(f"argument --out: {err}")
 

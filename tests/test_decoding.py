@@ -516,3 +516,33 @@ def test_a_model_too_large_to_build_is_refused_before_allocating(scheme, change,
                                               **change})
     with pytest.raises(rp.budget.MemoryBudgetError, match=f"sized by {name}.*over the memory budget"):
         dec.Decoder(cfg)
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:7" if torch.cuda.is_available() else "cuda"])
+@pytest.mark.parametrize("which", ["bench", "scale"])
+def test_a_device_this_machine_lacks_is_refused_before_any_file(tmp_path, capsys, which, device):
+    """Before: the command wrote a head-only partial file, then failed, and the file blocked the same --out."""
+    from relpos_core.decoding import bench as dbench
+    from relpos_core.decoding import scale as dscale
+
+    out = tmp_path / "r.json"
+    argv = ["--device", device, "--out", str(out)]
+    with pytest.raises(SystemExit) as exc:
+        dbench.main(["--bench"] + argv) if which == "bench" else dscale.main(argv)
+    assert exc.value.code == 2 and "argument --device" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("out", [".", "..", "/"])
+def test_out_naming_a_folder_is_refused_by_every_command_line(tmp_path, monkeypatch, capsys, out):
+    """Before: --out . ended in a traceback about an empty name (bench, decoding and lab alike)."""
+    from relpos_core.bench.__main__ import main as bench_main
+    from relpos_core.decoding import bench as dbench
+    from relpos_core.lab.__main__ import main as lab_main
+
+    monkeypatch.chdir(tmp_path)
+    for run in (lambda: bench_main(["--quick", "--out", out]), lambda: dbench.main(["--bench", "--out", out]),
+                lambda: lab_main(["--preset", "tiny", "--out", out])):
+        with pytest.raises(SystemExit) as exc:
+            run()
+        assert exc.value.code == 2 and "names a folder" in capsys.readouterr().err
