@@ -332,6 +332,17 @@ def test_the_cache_signature_tells_scalings_apart():
 
 # -- bad configurations --------------------------------------------------------------------------
 @pytest.mark.parametrize("spec,match", [
+    # hostile inputs (issue 25): an OverflowError, a silent disagreement, an unbounded factor, a wrong type
+    ({"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 2**1100}, r"integer >= 2 and <= 2\*\*40"),
+    ({"rope_type": "linear", "factor": 2**1100}, "factor must be a finite real number"),
+    ({"rope_type": "linear", "factor": 1e308}, r"factor must be a finite real number >= 1 and <= 1e\+06"),
+    ({"rope_type": "linear", "type": "dynamic", "factor": 2}, "rope_type 'linear' and type 'dynamic' disagree"),
+    ({"rope_type": "longrope", "short_factor": torch.ones(2), "long_factor": [1, 2], "factor": 2,
+      "original_max_position_embeddings": 64}, "short_factor must be a list or tuple of positive numbers.*Tensor"),
+    ({"rope_type": "longrope", "short_factor": {"a": 1}, "long_factor": [1, 2], "factor": 2,
+      "original_max_position_embeddings": 64}, "short_factor must be a list or tuple.*dict"),
+    ({"rope_type": "longrope", "short_factor": [1, 2], "long_factor": [1, 2, 3], "factor": 2,
+      "original_max_position_embeddings": 64}, r"long_factor must have one entry per rotated pair, as short_factor"),
     ({"rope_type": "cubic", "factor": 2}, "rope_type must be one of"),
     ({"factor": 2}, "rope_type must be one of"),
     ({"rope_type": "linear"}, r"needs the field\(s\) \['factor'\]"),
@@ -360,9 +371,10 @@ def test_bad_scalings_are_refused_naming_the_field(spec, match):
 
 
 def test_sizes_the_scaling_cannot_serve_are_refused_when_the_model_is_built():
-    spec = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 3,
+    # (a long_factor of another length than short_factor is refused earlier, by the scaling itself)
+    spec = {"rope_type": "longrope", "short_factor": [1.0] * 3, "long_factor": [1.0] * 3,
             "original_max_position_embeddings": 8, "factor": 2}
-    with pytest.raises(ValueError, match=r"long_factor must have one entry per rotated pair, rotary_dim / 2 = 4"):
+    with pytest.raises(ValueError, match=r"_factor must have one entry per rotated pair, rotary_dim / 2 = 4"):
         _ = rp.models.Transformer(rp.models.TransformerConfig("rope", position={"scaling": spec}, d_model=16,
                                                               num_heads=2))
     with pytest.raises(ValueError, match="needs rotary_dim >= 4"):
