@@ -174,6 +174,9 @@ class Attention(nn.Module):
             term = term.without_rotary()
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, H, K + n, dh)
+        # check_finite=False (no scan per layer and step): a NaN or inf in the inputs then reaches the output as
+        # each kernel propagates it, and not only in the rows that see it: on SDPA with a bias, a NaN key that
+        # the causal mask hides still poisons the earlier rows (the NaN score enters the masked sum)
         out = attend(q, k, v, term, form=run.form, backend=run.backend, causal=self.config.causal,
                      compiled=run.compiled, check_finite=False, **run.positions)  # (B, H, n, dh)
         return self.wo(out.transpose(1, 2).reshape(B, n, -1))  # (B, n, D)
@@ -208,8 +211,9 @@ _SIZED_BY = {"embed": "vocab_size", "head": "num_outputs", "blocks": "d_model, d
 
 
 def _check_model_bytes(cfg: TransformerConfig, dtype: torch.dtype) -> None:
-    """Count the model's parameters and buffers on the meta device (no memory) and check the budget."""
-    from relpos_core.budget import check_memory, format_bytes
+    """Size every parameter, buffer and per-forward table on the meta device (no memory) and check the
+    largest against the memory budget, as every tensor a kernel path would materialise is checked."""
+    from relpos_core.budget import check_memory
 
     with torch.device("meta"):
         parts = dict(embed=nn.Embedding(cfg.vocab_size, cfg.d_model),
@@ -218,15 +222,17 @@ def _check_model_bytes(cfg: TransformerConfig, dtype: torch.dtype) -> None:
                      norm=nn.LayerNorm(cfg.d_model),
                      head=nn.Linear(cfg.d_model, cfg.num_outputs, bias=False))
     size = torch.empty(0, dtype=dtype).element_size()
-    counts = {name: sum(t.numel() for t in list(m.parameters()) + list(m.buffers())) for name, m in parts.items()}
+    tensors = [(part, name, tuple(t.shape)) for part, m in parts.items()
+               for name, t in list(m.named_parameters()) + list(m.named_buffers())]
     # tables a scheme builds on every forward (Transformer-XL's relative rows), where it declares them
-    counts["position"] += getattr(parts["position"], "table_elements", lambda: 0)()
-    total = sum(counts.values()) * size
-    largest = max(counts, key=counts.get)
-    check_memory(total, what=f"Transformer({cfg.scheme}) with {largest} sized by {_SIZED_BY[largest]} "
-                             f"({format_bytes(counts[largest] * size)}; vocab_size={cfg.vocab_size}, "
-                             f"max_positions={cfg.max_positions})",
-                 shape=(sum(counts.values()),), dtype=dtype)
+    table = getattr(parts["position"], "table_elements", lambda: 0)()
+    if table:
+        tensors.append(("position", "relative rows built per forward", (table,)))
+    part, name, shape = max(tensors, key=lambda t: math.prod(t[2]))
+    check_memory(math.prod(shape) * size, what=f"Transformer({cfg.scheme})'s {part} {name}, sized by "
+                                               f"{_SIZED_BY[part]} (vocab_size={cfg.vocab_size}, "
+                                               f"max_positions={cfg.max_positions}),",
+                 shape=shape, dtype=dtype)
 
 
 class Transformer(nn.Module):
