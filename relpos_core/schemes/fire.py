@@ -53,6 +53,7 @@ def _fire(params: dict):
         cc = c.to(work).abs()
         normaliser = torch.log1p(cc * torch.maximum(qp, L.to(work).abs())) + EPS  # (Lq, 1) psi(max(L, i))
         x = torch.log1p(cc * distance.to(work)).div_(normaliser)  # (Lq, Lk) in [0, 1] for keys at or before the query
+        del distance  # freed before the hidden layer, the peak
         hidden = F.relu(x[..., None] * w1.to(work) + b1.to(work))  # (Lq, Lk, width)
         out = hidden @ w2.to(work).t() + b2.to(work)  # (Lq, Lk, H)
         if work != dtype:
@@ -99,11 +100,11 @@ def position_term(params: dict) -> PositionTerm:
         work_es = max(es, 4)  # the bias is formed in float32 at least (float64 for float64)
         pair = Lq * Lk * work_es
         out_work = H * Lq * Lk * work_es
-        # the int64 distances and the positions; then x and its transform alive throughout; the
+        # the positions and x (transformed in place) alive throughout (the int64 distances are freed before); the
         # (Lq, Lk, width) hidden layer twice (before and after its bias, or its bias and the ReLU), or the
         # ReLU's output with the product by w2 and the result (Lq, Lk, H); the cast to the input dtype last
         cast = out_bytes if work_es != es else 0
-        return (Lq + Lk) * 8 + 8 * Lq * Lk + 2 * pair + max(2 * width * pair, width * pair + 2 * out_work) + cast
+        return (Lq + Lk) * es + pair + max(2 * width * pair, width * pair + 2 * out_work) + cast
 
     piece = PairScalar(_fire(params), tuple(params[k] for k in ("w1", "b1", "w2", "b2", "c", "L")), H,
                        name="FIRE", peak=peak)
