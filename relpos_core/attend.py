@@ -95,6 +95,9 @@ def choose_form(term: PositionTerm, form: str | None) -> str:
 
 def _check_finite(tensors) -> None:
     """One device read for every tensor: are they all finite? Names the first that is not."""
+    tensors = [(name, t) for name, t in tensors if not t.is_meta]  # meta tensors hold no values to scan
+    if not tensors:
+        return
     names = [name for name, _ in tensors]
     ok = torch.stack([torch.isfinite(t).all() for _, t in tensors]).tolist()
     for name, good in zip(names, ok):

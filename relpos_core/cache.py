@@ -37,11 +37,21 @@ import torch
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 
-__all__ = ["KVCache", "POSITION_FRAMES", "ROPE_LAYOUTS", "POSITION_BYTES"]
+__all__ = ["KVCache", "POSITION_FRAMES", "ROPE_LAYOUTS", "POSITION_BYTES", "weights_identity"]
 
 POSITION_FRAMES = ("cache", "original")
 ROPE_LAYOUTS = ("rotated", "unrotated")
 POSITION_BYTES = 8  # one int64 per kept token
+
+
+def weights_identity(module: torch.nn.Module) -> tuple:
+    """Which weights a cache was filled with: the module's id and, per parameter, its storage and version.
+
+    Two models with the same config but other weights differ here, and so does one model
+    whose weights were changed in place (an optimiser step) since the cache was filled:
+    the cached keys and values would mix two models. Costs no device read.
+    """
+    return (id(module),) + tuple((p.data_ptr(), p._version) for p in module.parameters())
 
 
 class KVCache:
@@ -68,6 +78,7 @@ class KVCache:
             raise ValueError("rope_layout='rotated' needs the model's rotary (to re-rotate kept keys)")
         self.rotary = rotary
         self.signature = signature
+        self.weights: tuple | None = None  # weights_identity of the model (set by model.new_cache)
         self.keys: list[torch.Tensor | None] = [None] * self.num_layers  # (B, H, K, d) each
         self.values: list[torch.Tensor | None] = [None] * self.num_layers  # (B, H, K, d) each
         self.positions = torch.empty(0, dtype=torch.int64)  # (K,) frame position of each kept token
@@ -165,7 +176,9 @@ class KVCache:
             self.positions, self.next_position = new, int(keep.numel())
         else:
             self.positions = old
-            self.contiguous = self.sinks == 0  # a FIFO window stays a run; sinks leave a gap
+            # the kept positions are e.g. 36 .. 39 (a FIFO window) or 0, 1, 37 .. 39 (sinks): never 0 .. K - 1
+            # again, so the model passes them to rp.attend explicitly
+            self.contiguous = False
         dropped = n - int(keep.numel())
         self.evicted += dropped
         return dropped

@@ -38,6 +38,7 @@ import torch
 import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
+from relpos_core.cache import weights_identity
 from relpos_core.kernels import rope_scaling
 from relpos_core.kernels.rotary import rotate
 from relpos_core.terms import Rotary
@@ -128,13 +129,37 @@ class RMSNorm(nn.Module):
 class LatentCache:
     """The latents c (B, K, d_c) and rotated shared keys k^R (B, K, d_R) of every layer.
 
-    Positions are 0 .. K - 1 (no eviction): the next token comes at K.
+    Positions are 0 .. K - 1 (no eviction): the next token comes at K. Each layer records
+    the MLA layer that first wrote it (its weights: ``relpos_core.cache.weights_identity``);
+    ``MLAttention.forward`` refuses a cache layer written by another layer or model, or
+    held in another kv_lora_rank, rotary size or dtype, by name.
     """
 
     def __init__(self, num_layers: int):
         self.num_layers = check_positive_int("num_layers", num_layers)
         self.latents: list[torch.Tensor | None] = [None] * self.num_layers  # (B, K, d_c) each
         self.rope_keys: list[torch.Tensor | None] = [None] * self.num_layers  # (B, K, d_R) each
+        self.writers: list[tuple | None] = [None] * self.num_layers  # weights_identity of each layer's writer
+
+    def check(self, layer: int, attention: "MLAttention", batch: int, dtype: torch.dtype) -> None:
+        """Refuse a layer of this cache that ``attention`` did not write, or of another shape or dtype."""
+        layer = check_int("layer", layer, min_value=0, max_value=self.num_layers - 1)
+        held = self.latents[layer]
+        if held is None:
+            return
+        c = attention.config
+        if held.shape[-1] != c.kv_lora_rank or self.rope_keys[layer].shape[-1] != c.qk_rope_head_dim:
+            raise ValueError(f"cache layer {layer} holds latents of kv_lora_rank {held.shape[-1]} and rotary keys of "
+                             f"qk_rope_head_dim {self.rope_keys[layer].shape[-1]}, this layer has {c.kv_lora_rank} "
+                             f"and {c.qk_rope_head_dim}: the cache was made for another model")
+        if held.dtype != dtype:
+            raise ValueError(f"cache layer {layer} holds {held.dtype} latents, this layer computes {dtype}: "
+                             f"the cache was made for another dtype")
+        if held.shape[0] != batch:
+            raise ValueError(f"x must have the cache's batch size {held.shape[0]}, got {batch}")
+        if self.writers[layer] != weights_identity(attention):
+            raise ValueError(f"cache layer {layer} was written by another MLA layer (other weights, or these "
+                             f"weights changed in place since): the cache was made for another model")
 
     def length(self, layer: int) -> int:
         held = self.latents[check_int("layer", layer, min_value=0, max_value=self.num_layers - 1)]
@@ -150,6 +175,10 @@ class LatentCache:
             rope_key = torch.cat([self.rope_keys[layer], rope_key], dim=1)  # (B, K + n, d_R)
         self.latents[layer], self.rope_keys[layer] = latent, rope_key
         return latent, rope_key
+
+    def record_writer(self, layer: int, attention: "MLAttention") -> None:
+        if self.writers[layer] is None:
+            self.writers[layer] = weights_identity(attention)
 
     def nbytes(self) -> dict[str, int]:
         """Bytes held, by kind: latents and rotary keys."""
@@ -219,14 +248,17 @@ class MLAttention(nn.Module):
         check_choice("absorbed", absorbed, (False, True))
         c = self.config
         B, n, _ = x.shape
+        if cache is not None:
+            if not isinstance(cache, LatentCache):
+                raise ValueError(f"cache must be a LatentCache or None, got {type(cache).__name__}")
+            cache.check(layer, self, B, x.dtype)
         past = 0 if cache is None else cache.length(layer)
         positions = torch.arange(past, past + n, device=x.device)  # (n,) the new tokens, last of the keys
         q_nope, q_rope = self.queries(x, positions)  # (B, H, n, d_h), (B, H, n, d_R)
         latent, k_rope = self.latents(x, positions)  # (B, n, d_c), (B, n, d_R)
         if cache is not None:
-            if cache.latents[layer] is not None and cache.latents[layer].shape[0] != B:
-                raise ValueError(f"x must have the cache's batch size {cache.latents[layer].shape[0]}, got {B}")
             latent, k_rope = cache.append(layer, latent, k_rope)  # (B, K + n, .)
+            cache.record_writer(layer, self)
         visible = torch.arange(latent.shape[1], device=x.device)[None, :] <= positions[:, None]  # (n, Lk) causal
         out = self.attend(q_nope, q_rope, latent, k_rope, visible, absorbed=absorbed)  # (B, H, n, d_v)
         return self.o_proj(out.transpose(1, 2).reshape(B, n, c.num_heads * c.v_head_dim))  # (B, n, D)

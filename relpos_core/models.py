@@ -35,7 +35,7 @@ import torch.nn as nn
 from relpos_core import registry, schemes
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.attend import attend
-from relpos_core.cache import POSITION_FRAMES, ROPE_LAYOUTS, KVCache
+from relpos_core.cache import POSITION_FRAMES, ROPE_LAYOUTS, KVCache, weights_identity
 from relpos_core.kernels.rotary import rotate
 from relpos_core.schemes.declaration import ModelShape
 
@@ -124,11 +124,14 @@ def kept_positions(step: int, *, sinks: int, window: int | None) -> torch.Tensor
     """
     step = check_int("step", step, min_value=0)
     sinks = check_int("sinks", sinks, min_value=0)
-    all_positions = torch.arange(step + 1)  # (step + 1,)
     if window is None:
-        return all_positions
+        return torch.arange(step + 1)  # (step + 1,)
     window = check_positive_int("window", window)
-    return all_positions[(all_positions < sinks) | (all_positions >= step - window)]  # (K,)
+    # the sinks, then the last window positions before step and step itself: at most sinks + window + 1
+    # positions, built without the step + 1 in between (kept_positions(10**12, ...) is 5 numbers, not 8 TB)
+    head = torch.arange(min(sinks, step + 1))  # (<= sinks,)
+    tail = torch.arange(max(min(sinks, step + 1), step - window), step + 1)  # (<= window + 1,)
+    return torch.cat([head, tail])  # (K,) increasing
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,9 @@ class Attention(nn.Module):
             term = term.without_rotary()
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, H, K + n, dh)
+        # check_finite=False (no scan per layer and step): a NaN or inf in the inputs then reaches the output as
+        # each kernel propagates it, and not only in the rows that see it: on SDPA with a bias, a NaN key that
+        # the causal mask hides still poisons the earlier rows (the NaN score enters the masked sum)
         out = attend(q, k, v, term, form=run.form, backend=run.backend, causal=self.config.causal,
                      compiled=run.compiled, check_finite=False, **run.positions)  # (B, H, n, dh)
         return self.wo(out.transpose(1, 2).reshape(B, n, -1))  # (B, n, D)
@@ -199,6 +205,36 @@ class Block(nn.Module):
         return h + self.mlp(self.norm2(h))  # (B, n, D)
 
 
+# what each part's size comes from, for the error that refuses a model too large to build
+_SIZED_BY = {"embed": "vocab_size", "head": "num_outputs", "blocks": "d_model, d_mlp and num_layers",
+             "position": "max_positions (or the scheme's distance option)", "norm": "d_model"}
+
+
+def _check_model_bytes(cfg: TransformerConfig, dtype: torch.dtype) -> None:
+    """Size every parameter, buffer and per-forward table on the meta device (no memory) and check the
+    largest against the memory budget, as every tensor a kernel path would materialise is checked."""
+    from relpos_core.budget import check_memory
+
+    with torch.device("meta"):
+        parts = dict(embed=nn.Embedding(cfg.vocab_size, cfg.d_model),
+                     position=cfg.entry.scheme.module(cfg.shape, cfg.options),
+                     blocks=nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers)),
+                     norm=nn.LayerNorm(cfg.d_model),
+                     head=nn.Linear(cfg.d_model, cfg.num_outputs, bias=False))
+    size = torch.empty(0, dtype=dtype).element_size()
+    tensors = [(part, name, tuple(t.shape)) for part, m in parts.items()
+               for name, t in list(m.named_parameters()) + list(m.named_buffers())]
+    # tables a scheme builds on every forward (Transformer-XL's relative rows), where it declares them
+    table = getattr(parts["position"], "table_elements", lambda: 0)()
+    if table:
+        tensors.append(("position", "relative rows built per forward", (table,)))
+    part, name, shape = max(tensors, key=lambda t: math.prod(t[2]))
+    check_memory(math.prod(shape) * size, what=f"Transformer({cfg.scheme})'s {part} {name}, sized by "
+                                               f"{_SIZED_BY[part]} (vocab_size={cfg.vocab_size}, "
+                                               f"max_positions={cfg.max_positions}),",
+                 shape=shape, dtype=dtype)
+
+
 class Transformer(nn.Module):
     """A transformer for one scheme; see the module docstring. Weights are drawn from ``seed``."""
 
@@ -210,6 +246,7 @@ class Transformer(nn.Module):
         check_int("seed", seed, min_value=0, max_value=2**63 - 1)
         check_choice("dtype", dtype, MODEL_DTYPES)
         self.config = cfg = config
+        _check_model_bytes(cfg, dtype)  # before any allocation: a vocab_size or max_positions of 2**40 is refused
         with torch.random.fork_rng(devices=[]):  # the layers' default initialisation draws from the global RNG
             self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
             self.position = cfg.entry.scheme.module(cfg.shape, cfg.options)
@@ -259,10 +296,12 @@ class Transformer(nn.Module):
 
     # -- the cache --------------------------------------------------------------------
     def cache_signature(self, rope_layout: str | None) -> tuple:
-        """What a cache must match: scheme and options, layers, heads, head size, dtype and RoPE layout."""
+        """What a cache must match: the whole config (scheme and options, layers, heads, head size, vocabulary,
+        MLP, max_positions), the dtype and the RoPE layout. The weights are checked apart
+        (``relpos_core.cache.weights_identity``)."""
         c = self.config
         return (c.scheme, repr(c.options), c.num_layers, c.num_heads, c.head_dim, str(self.head.weight.dtype),
-                rope_layout)
+                rope_layout, c.vocab_size, c.num_outputs, c.d_model, c.d_mlp, c.causal, c.max_positions)
 
     def _rotary(self):
         terms = [t for t in self.position_terms() if t is not None and t.rotary is not None]
@@ -297,8 +336,10 @@ class Transformer(nn.Module):
             raise ValueError(f"positions={positions!r} cannot be used with {self.config.scheme}: each cached key and "
                              f"value already contains its position vector, and renumbering would mean recomputing "
                              f"them from the tokens; use positions='original'")
-        return KVCache(self.config.num_layers, sinks=sinks, window=window, positions=positions,
-                       rope_layout=rope_layout, rotary=rotary, signature=self.cache_signature(rope_layout))
+        cache = KVCache(self.config.num_layers, sinks=sinks, window=window, positions=positions,
+                        rope_layout=rope_layout, rotary=rotary, signature=self.cache_signature(rope_layout))
+        cache.weights = weights_identity(self)
+        return cache
 
     def _check_cache(self, cache, batch: int) -> None:
         if not isinstance(cache, KVCache):
@@ -308,6 +349,10 @@ class Transformer(nn.Module):
             raise ValueError(f"cache was made for another model: it expects {cache.signature}, this model is {want} "
                              f"(scheme and options, layers, heads, head size, dtype, RoPE layout); make one with "
                              f"model.new_cache()")
+        if getattr(cache, "weights", None) != weights_identity(self):
+            raise ValueError("cache was made for another model: the config matches but the weights are not the ones "
+                             "the cache was filled with (another model, or these weights changed in place since); "
+                             "make one with model.new_cache()")
         if cache.batch_size is not None and cache.batch_size != batch:
             raise ValueError(f"tokens must have the cache's batch size {cache.batch_size}, got {batch}")
 

@@ -29,6 +29,15 @@ from pathlib import Path
 __all__ = ["Output", "protected_folders", "default_path", "RESULTS_FOLDER"]
 
 RESULTS_FOLDER = "relpos-results"
+
+
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_FILE_MODE = _umask_mode()  # what open(path, "w") gives: 0644 under the usual umask 022
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -65,6 +74,9 @@ class Output:
 
     def __init__(self, path, *, explicit: bool, force: bool = False, suffix: str = ".json"):
         self.path = Path(path)
+        if self.path.name in ("", ".", "..") or str(path).endswith(os.sep):  # ".", "..", "/", "out/"
+            raise ValueError(f"{str(path)!r} names a folder; give a file name such as "
+                             f"{str(Path(path) / ('result' + suffix))!r}")
         self.explicit = bool(explicit)
         self.force = bool(force)
         self.suffix = suffix
@@ -83,9 +95,8 @@ class Output:
                          suffix: str = ".json") -> "Output":
         """``--out`` of a command line, checked before any work: a bad one ends the command with
         ``parser.error`` naming ``--out`` and why (exists, protected folder, not writable, ...)."""
-        output = cls.from_argument(out, tool=tool, force=force, suffix=suffix)
         try:
-            return output.check()
+            return cls.from_argument(out, tool=tool, force=force, suffix=suffix).check()
         except ValueError as err:
             parser.error(f"argument --out: {err}")
 
@@ -118,6 +129,28 @@ class Output:
         with open(self.partial, "w") as f:
             f.write(json.dumps({"head": head}, default=str) + "\n")
 
+    def restart(self, head: dict, rows: list[dict]) -> None:
+        """Resume: the partial file rewritten as ``head`` + ``rows``, beside it and renamed into place.
+
+        Until the rename the old partial file is untouched, so an interruption or a write
+        error while rewriting loses nothing (``--resume`` can run again).
+        """
+        fd, tmp = tempfile.mkstemp(dir=self.partial.parent, prefix=f".{self.partial.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps({"head": head}, default=str) + "\n")
+                for row in rows:
+                    f.write(json.dumps({"row": row}, default=str) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, _FILE_MODE)
+            os.replace(tmp, self.partial)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        self.rows_written = len(rows)
+
     def add(self, row: dict) -> None:
         """Append one finished row to the partial file (flushed at once)."""
         with open(self.partial, "a") as f:
@@ -132,6 +165,7 @@ class Output:
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(body)
+            os.chmod(tmp, _FILE_MODE)  # as any file the user writes (mkstemp makes it 0600)
             os.replace(tmp, self.path)
         except BaseException:
             if os.path.exists(tmp):
@@ -150,12 +184,28 @@ class Output:
 
 
 def read_partial(path) -> tuple[dict | None, list[dict]]:
-    """(head, rows) of a partial file: what an interrupted run had finished."""
+    """(head, rows) of a partial file: what an interrupted run had finished.
+
+    A torn last line (the process was killed while appending it) is dropped with a
+    warning naming the file; any other line that is not JSON raises ValueError naming
+    the file and the line.
+    """
+    import warnings
+
+    path = Path(path)
     head, rows = None, []
-    for line in Path(path).read_text().splitlines():
-        if not line.strip():
-            continue
-        item = json.loads(line)
+    lines = [(n, line) for n, line in enumerate(path.read_text().splitlines(), start=1) if line.strip()]
+    for i, (n, line) in enumerate(lines):
+        try:
+            item = json.loads(line)
+            if not isinstance(item, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as err:
+            if i == len(lines) - 1 and i > 0:
+                warnings.warn(f"{path}: dropped its torn last line {n} (cut off while it was written: {err}); "
+                              f"the {len(lines) - 1} line(s) before it are kept", RuntimeWarning, stacklevel=2)
+                break
+            raise ValueError(f"{path} line {n} is not a partial-file row ({err})") from None
         if "head" in item:
             head = item["head"]
         elif "row" in item:

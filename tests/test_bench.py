@@ -295,6 +295,38 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path, monkeypatch):
     assert [r["status"] for r in data["rows"]] == ["ok", "ok", "ok"] and all(r["time_ms"]["n"] == 2 for r in data["rows"])
 
 
+@pytest.mark.slow  # two quick benchmark runs
+def test_a_second_ctrl_c_while_the_result_is_written_loses_nothing(tmp_path, monkeypatch):
+    """The first Ctrl-C ends the timing; a second one during the provenance is ignored (before: the
+    KeyboardInterrupt left the rows only in the partial file). A Ctrl-C outside the timing writes the
+    prepared rows, marked complete: false."""
+    import os
+    import signal
+
+    monkeypatch.setattr(bench_run, "build_cases", lambda p: THREE_CASES)
+    monkeypatch.setattr(bench_run, "_time_rows", lambda *a: os.kill(os.getpid(), signal.SIGINT))
+    real = bench_run._provenance
+
+    def provenance_interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench_run, "_provenance", provenance_interrupted)
+    out = tmp_path / "b.json"
+    status = bench_main(["--quick", "--lengths", "16", "--out", str(out), "--no-progress", "--no-figures"])
+    data = json.loads(out.read_text())
+    assert status == 130 and data["complete"] is False and len(data["rows"]) == 3
+    assert "provenance" in data and data["provenance"]["preset"] == "quick"
+
+    monkeypatch.setattr(bench_run, "_provenance", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    out2 = tmp_path / "c.json"
+    status = bench_main(["--quick", "--lengths", "16", "--out", str(out2), "--no-progress", "--no-figures"])
+    data = json.loads(out2.read_text())
+    assert status == 130 and data["complete"] is False and len(data["rows"]) == 3
+    assert "outside the timing" in data["provenance"]["interrupted"]
+    assert not out2.with_name(out2.name + ".partial.jsonl").exists()
+
+
 def test_the_partial_file_keeps_prepared_rows_if_the_process_dies(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_run, "build_cases", lambda p: THREE_CASES)
     monkeypatch.setattr(bench_run, "_time_rows", lambda *a: (_ for _ in ()).throw(SystemExit(9)))  # a crash

@@ -77,3 +77,13 @@ def test_concepts_do_not_import_plotly_at_import_time():
     assert not re.search(r"^\s*(import plotly|from plotly)", header, re.M)
     assert isinstance(concepts.memory_reach(num_layers=1, segment=2, memory=0, segments=1),
                       torch.Tensor)
+
+
+def test_memory_reach_is_guarded_before_allocating():
+    """Before: memory_reach(segment=10**6, segments=10**2, ...) tried a (T, T) table of 10 PB."""
+    with pytest.raises(ValueError, match=r"segment \* segments \(the positions drawn\) must be <= 4096"):
+        concepts.memory_reach(num_layers=2, segment=10**6, memory=4, segments=100)
+    with pytest.raises(ValueError, match="memory must keep"):
+        concepts.memory_reach(num_layers=2, segment=4, memory=10**9, segments=4)
+    with pytest.raises(ValueError, match="num_layers must be <= 4096"):
+        concepts.memory_reach(num_layers=10**9, segment=4, memory=4, segments=4)

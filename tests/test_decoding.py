@@ -451,3 +451,103 @@ def test_benchmark_ctrl_c_keeps_what_finished(tmp_path, monkeypatch):
     assert exc.value.code == 130 and saved["complete"] is False
     assert {r["status"] for r in saved["results"]} == {"ok"} and all(r["ms_per_step"]["n"] == 1
                                                                       for r in saved["results"])
+
+
+# -- a window without sinks, at original positions (the kept positions are a run that does not start at 0) --
+def _window_cases():
+    out = []
+    for scheme in DECODED:
+        paths = [p for p in dec.decode_paths(scheme, evicted=True) if p[1] != "flex"]
+        out += [(scheme, *paths[-1], layout) for layout in _layouts(scheme)]
+    return out
+
+
+@pytest.mark.parametrize("case", _window_cases(), ids=_id)
+def test_a_window_without_sinks_keeps_the_original_positions(case):
+    """sinks=0, positions="original": after an eviction the kept keys sit at e.g. 6 .. 9, not 0 .. 3;
+    cached decoding equals recomputation at those positions (before the fix the cache called them
+    contiguous and rp.attend placed them at 0 .. K - 1)."""
+    scheme, form, backend, layout = case
+    model, tokens = _model(scheme), _tokens(10)
+    cache = model.new_cache(sinks=0, window=WINDOW, positions="original", rope_layout=layout)
+    stepped = model.decode(tokens, cache, prefill=WINDOW, form=form, backend=backend)
+    recomputed = model.recompute(tokens, sinks=0, window=WINDOW, positions="original", form=form, backend=backend)
+    torch.testing.assert_close(stepped, recomputed, rtol=0, atol=1e-10)
+    assert cache.positions.tolist() == [7, 8, 9] and not cache.contiguous
+
+
+def test_a_cache_refuses_another_models_weights_and_sizes():
+    """Same config but other weights, or another vocabulary, MLP or max_positions: refused by name."""
+    model = _model("rope")
+    cache = model.new_cache()
+    model(_tokens(2), cache)
+    same_config = dec.Decoder(model.config, seed=4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="the weights are not the ones"):
+        same_config(_tokens(1), cache)
+    for change in (dict(vocab_size=VOCAB + 1), dict(d_mlp=24), dict(max_positions=32)):
+        cfg = dec.DecoderConfig(scheme="rope", **{**dict(vocab_size=VOCAB, d_model=16, num_heads=2,
+                                                          max_positions=24), **change})
+        other = dec.Decoder(cfg, seed=3, dtype=torch.float64)
+        with pytest.raises(ValueError, match="made for another model"):
+            other(_tokens(1), cache)
+    with torch.no_grad():
+        model.head.weight.add_(1.0)  # the weights changed in place since the cache was filled
+    with pytest.raises(ValueError, match="changed in place"):
+        model(_tokens(1), cache)
+    assert len(cache) == 2
+
+
+def test_kept_positions_of_a_far_step_builds_only_the_kept_ones():
+    """Before: kept_positions(10**12, window=4) built arange(10**12 + 1) (8 TB) for five positions."""
+    far = 10**12
+    assert dec.kept_positions(far, sinks=0, window=4).tolist() == list(range(far - 4, far + 1))
+    assert dec.kept_positions(far, sinks=2, window=3).tolist() == [0, 1] + list(range(far - 3, far + 1))
+    for step in range(9):  # near the start the sinks and the window overlap: each position once
+        for sinks in range(4):
+            for window in range(1, 5):
+                everything = torch.arange(step + 1)
+                want = everything[(everything < sinks) | (everything >= step - window)]
+                assert dec.kept_positions(step, sinks=sinks, window=window).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("scheme, change, name", [
+    ("transformer_xl", dict(max_positions=2**40), "max_positions"),  # before: built, then 8 TiB rows per forward
+    ("absolute", dict(max_positions=2**40), "max_positions"),
+    ("music_transformer", dict(max_positions=2**40), "max_positions"),
+    ("rope", dict(vocab_size=2**40), "vocab_size"),
+])
+def test_a_model_too_large_to_build_is_refused_before_allocating(scheme, change, name):
+    cfg = dec.DecoderConfig(scheme=scheme, **{**dict(vocab_size=VOCAB, d_model=16, num_heads=2, max_positions=24),
+                                              **change})
+    with pytest.raises(rp.budget.MemoryBudgetError, match=f"sized by {name}.*over the memory budget"):
+        dec.Decoder(cfg)
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:7" if torch.cuda.is_available() else "cuda"])
+@pytest.mark.parametrize("which", ["bench", "scale"])
+def test_a_device_this_machine_lacks_is_refused_before_any_file(tmp_path, capsys, which, device):
+    """Before: the command wrote a head-only partial file, then failed, and the file blocked the same --out."""
+    from relpos_core.decoding import bench as dbench
+    from relpos_core.decoding import scale as dscale
+
+    out = tmp_path / "r.json"
+    argv = ["--device", device, "--out", str(out)]
+    with pytest.raises(SystemExit) as exc:
+        dbench.main(["--bench"] + argv) if which == "bench" else dscale.main(argv)
+    assert exc.value.code == 2 and "argument --device" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("out", [".", "..", "/"])
+def test_out_naming_a_folder_is_refused_by_every_command_line(tmp_path, monkeypatch, capsys, out):
+    """Before: --out . ended in a traceback about an empty name (bench, decoding and lab alike)."""
+    from relpos_core.bench.__main__ import main as bench_main
+    from relpos_core.decoding import bench as dbench
+    from relpos_core.lab.__main__ import main as lab_main
+
+    monkeypatch.chdir(tmp_path)
+    for run in (lambda: bench_main(["--quick", "--out", out]), lambda: dbench.main(["--bench", "--out", out]),
+                lambda: lab_main(["--preset", "tiny", "--out", out])):
+        with pytest.raises(SystemExit) as exc:
+            run()
+        assert exc.value.code == 2 and "names a folder" in capsys.readouterr().err

@@ -146,3 +146,6 @@ def test_library_torch_requirement_stays_loose():
     assert "==" not in torch_req and "<" not in torch_req
     (widgets,) = [r for r in PYPROJECT["project"]["optional-dependencies"]["book"] if _name(r) == "ipywidgets"]
     assert ">=7.7" in widgets and "<9" in widgets, "keep Colab's ipywidgets 7.7 (see pyproject.toml)"
+    (ipython,) = [r for r in PYPROJECT["project"]["optional-dependencies"]["book"] if _name(r) == "ipython"]
+    assert ipython.strip() == "ipython", ("keep Colab's IPython 7.34.0 (google-colab requires it): [book] must "
+                                          "not bound ipython, or the set-up cell's %pip install upgrades it")

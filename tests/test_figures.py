@@ -626,3 +626,24 @@ def test_math_is_typeset_at_build_time():
     assert "../_static/mathjax/output/chtml/fonts/woff-v2" in css
     with pytest.raises(Exception, match="could not typeset"):
         ext.typeset_math('<span class="math notranslate nohighlight">\\(\\frac{1}\\)</span>', "")
+
+
+@pytest.mark.parametrize("matrix, kwargs, match", [
+    (torch.zeros(600, 600), {}, r"at most 262144 cells \(512 x 512\)"),  # before: 2000 x 2000 ran 919 s
+    (np.zeros((600, 600)), {}, r"at most 262144 cells"),
+    (np.array([["a", "b"], ["c", "d"]]), {}, "must hold real numbers"),
+    (np.ones((2, 2)) * (1 + 1j), {}, "must hold real numbers"),
+    (torch.ones(2, 2, dtype=torch.complex64), {}, "must hold real numbers"),
+    (np.array([[1e308, -1e308], [0.0, 1.0]]), {}, r"finite values within \+-1e\+100"),
+    (np.eye(2), dict(zmin=2.0, zmax=1.0), "zmin must be less than zmax"),
+    (np.eye(2), dict(zmin=float("nan")), "zmin must be None or a finite number"),
+    (np.eye(2), dict(zmax="1"), "zmax must be None or a finite number"),
+])
+def test_heatmap_refuses_what_it_cannot_draw_by_name(matrix, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        rp.figures.heatmap(matrix, **kwargs)
+
+
+def test_heatmap_still_draws_masked_cells():
+    m = torch.tensor([[0.0, float("-inf")], [1.0, 2.0]])
+    assert rp.figures.heatmap(m) is not None

@@ -651,3 +651,125 @@ def test_ctrl_c_keeps_the_finished_runs_and_resume_finishes_them(tmp_path, monke
     assert resumed["complete"] is True and len(resumed["runs"]) == 4
     assert [(r["run_id"], r["lr"]) for r in resumed["runs"]] == [(s.run_id, lr) for s, _, lr in jobs]
     assert json.dumps(_strip_times(resumed["runs"][0])) == json.dumps(_strip_times(res["runs"][0]))
+
+
+def _as_partial(out):
+    """Turn an interrupted run's results file into the partial file a killed run leaves (and remove the results)."""
+    old = json.loads(out.read_text())
+    p = old["provenance"]
+    head = dict(preset=p["preset"], seeds=p["seeds"], lrs=p["lrs"], git_commit=p["git_commit"],
+                load_start=p.get("load_average_start"))
+    partial = out.with_name(out.name + ".partial.jsonl")
+    partial.write_text("".join(json.dumps(x) + "\n" for x in [{"head": head}] + [{"row": r} for r in old["runs"]]))
+    out.unlink()
+    return partial, len(old["runs"])
+
+
+@pytest.mark.slow  # trains five tiny runs
+def test_resume_never_loses_the_partial_file_and_drops_a_torn_line_saying_so(tmp_path, monkeypatch):
+    """An interrupt or write error while --resume starts (before: the partial file was truncated and
+    re-appended before the Ctrl-C handling was armed: 1 of 4 runs left, no results file); a torn
+    last line (the process killed mid-write) is dropped with a warning naming the file."""
+    calls = []
+    real = lab.train.train_run
+
+    def train_then_interrupt(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    tiny = get_preset("tiny")
+    small = replace(tiny, runs=tiny.runs[:2])
+    monkeypatch.setitem(lab.presets.PRESETS, "tiny", small)
+    monkeypatch.setattr(lab.train, "train_run", train_then_interrupt)
+    out = tmp_path / "lab.json"
+    argv = ["--preset", "tiny", "--out", str(out), "--no-progress", "--workers", "1", "--no-plots"]
+    with pytest.raises(SystemExit):
+        lab_main(argv)
+    monkeypatch.setattr(lab.train, "train_run", real)
+    partial, finished = _as_partial(out)
+    assert finished == 2
+    before = partial.read_bytes()
+
+    def interrupted_write(self, row):
+        raise KeyboardInterrupt  # Ctrl-C at the first row the resumed run writes
+
+    monkeypatch.setattr(rp.outputs.Output, "add", interrupted_write)
+    with pytest.raises(SystemExit) as exc:
+        lab_main(argv + ["--resume"])
+    assert exc.value.code == 130
+    res = R.load_results(out)
+    assert res["complete"] is False and len(res["runs"]) == finished  # nothing lost
+
+    monkeypatch.undo()
+    monkeypatch.setitem(lab.presets.PRESETS, "tiny", small)
+    partial, _ = _as_partial(out)
+    assert partial.read_bytes() == before
+    with open(partial, "a") as f:
+        f.write('{"row": {"run_id": "copy-rope", "seed": 0, "lr"')  # torn: killed while appending
+    with pytest.warns(RuntimeWarning, match=r"lab\.json\.partial\.jsonl: dropped its torn last line 4"):
+        resumed = lab_main(argv + ["--resume"])
+    assert resumed["complete"] is True and len(resumed["runs"]) == 4
+
+
+def test_a_partial_file_with_a_bad_middle_line_is_refused_naming_the_file(tmp_path):
+    partial = tmp_path / "x.json.partial.jsonl"
+    partial.write_text('{"head": {}}\nnot json\n{"row": {}}\n')
+    with pytest.raises(ValueError, match=r"x\.json\.partial\.jsonl line 2"):
+        rp.outputs.read_partial(partial)
+
+
+@pytest.mark.slow  # starts processes
+def test_lab_workers_end_with_their_parent(tmp_path):
+    """A SIGKILL of the process that runs the lab (no clean-up runs) ends its workers too; before, they
+    stayed blocked on their pipes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import concurrent.futures, multiprocessing, os, sys, time\n"
+        "from relpos_core.lab.train import _worker_init\n"
+        "if __name__ == '__main__':\n"
+        "    ctx = multiprocessing.get_context('spawn')\n"
+        "    pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx, initializer=_worker_init,"
+        " initargs=(1,))\n"
+        "    print(pool.submit(os.getpid).result(), flush=True)\n"
+        "    pool.submit(time.sleep, 600)\n"
+        "    time.sleep(600)\n")
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        worker = int(parent.stdout.readline())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                os.kill(worker, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            pytest.fail(f"worker {worker} outlived its parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_result_files_get_the_mode_of_any_file_the_user_writes(tmp_path):
+    """Before: the result JSON came from mkstemp with mode 0600, beside 0644 HTML."""
+    import os
+    import stat
+
+    mask = os.umask(0)
+    os.umask(mask)
+    output = rp.outputs.Output(tmp_path / "r.json", explicit=True).check()
+    output.begin({})
+    output.finish({"complete": True})
+    assert stat.S_IMODE(os.stat(output.path).st_mode) == 0o666 & ~mask

@@ -128,3 +128,24 @@ def test_measured_bytes_per_token_match_the_formula():
 def test_bad_configurations_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         MLAConfig(**dict(SIZES, **kwargs))
+
+
+def test_a_latent_cache_refuses_another_model_by_name():
+    """Another kv_lora_rank, another dtype, other weights of the same config, another layer: refused, not mixed."""
+    config = MLAConfig(**SIZES)
+    first, second = MLAttention(config), MLAttention(config)
+    x = torch.randn(1, 3, SIZES["d_model"])
+    with torch.no_grad():
+        cache = LatentCache(1)
+        first(x, cache, 0)
+        with pytest.raises(ValueError, match="written by another MLA layer"):
+            second(x[:, :1], cache, 0)  # same config, other weights
+        with pytest.raises(ValueError, match="kv_lora_rank"):
+            MLAttention(MLAConfig(**{**SIZES, "kv_lora_rank": 16}))(x[:, :1], cache, 0)
+        with pytest.raises(ValueError, match="another dtype"):
+            MLAttention(config).double()(x[:, :1].double(), cache, 0)
+        with pytest.raises(ValueError, match="LatentCache"):
+            first(x[:, :1], {"latents": []}, 0)
+        assert len(cache) == 3  # nothing appended by a refused call
+        first(x[:, :1], cache, 0)  # its own writer goes on
+        assert len(cache) == 4

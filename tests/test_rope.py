@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relpos_core.schemes import rope
+import relpos_core as rp
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.llama import modeling_llama as hf_llama  # noqa: E402
@@ -45,15 +46,23 @@ def test_rotate_half_equals_llama(head_dim, base, which):
     q, k = torch.randn(2, 3, L, head_dim), torch.randn(2, 3, L, head_dim)
     cos, sin = _llama_rotary(head_dim, base)(q, pos[None])  # (1, L, d)
     ours_cos, ours_sin = rope.rope_cos_sin(pos, head_dim, base=base)
-    torch.testing.assert_close(ours_cos, cos[0], **TOL)
-    torch.testing.assert_close(ours_sin, sin[0], **TOL)
+    # Hugging Face forms its angles in float32 (error up to position x 2**-23 rad); ours are formed in
+    # float64, so they equal the exact angles to float32 rounding and HF's within HF's own error
+    hf_tol = dict(rtol=0, atol=TOL["atol"] + 4 * int(pos.max()) * 2.0**-23)
+    exact = pos[:, None].double() * base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    exact = torch.cat([exact, exact], dim=-1)  # (L, d) rotate-half layout
+    torch.testing.assert_close(ours_cos.double(), exact.cos(), rtol=0, atol=2e-7)
+    torch.testing.assert_close(ours_sin.double(), exact.sin(), rtol=0, atol=2e-7)
+    torch.testing.assert_close(ours_cos, cos[0], **hf_tol)
+    torch.testing.assert_close(ours_sin, sin[0], **hf_tol)
     q_hf, k_hf = hf_llama.apply_rotary_pos_emb(q, k, cos, sin)
-    torch.testing.assert_close(rope.apply_rope(q, pos, base=base), q_hf, **TOL)
-    torch.testing.assert_close(rope.apply_rope(k, pos, base=base), k_hf, **TOL)
+    hf_tol["atol"] *= 8  # q and k of size about 4 (randn)
+    torch.testing.assert_close(rope.apply_rope(q, pos, base=base), q_hf, **hf_tol)
+    torch.testing.assert_close(rope.apply_rope(k, pos, base=base), k_hf, **hf_tol)
     # batched (B, L) positions broadcast the same way
-    torch.testing.assert_close(rope.apply_rope(q, pos[None].expand(2, L), base=base), q_hf, **TOL)
+    torch.testing.assert_close(rope.apply_rope(q, pos[None].expand(2, L), base=base), q_hf, **hf_tol)
     if which == "arange":
-        torch.testing.assert_close(rope.apply_rope(q, base=base), q_hf, **TOL)  # default positions
+        torch.testing.assert_close(rope.apply_rope(q, base=base), q_hf, **hf_tol)  # default positions
 
 
 def _interleaved_loop(x, positions, base):
@@ -173,3 +182,56 @@ def test_rotation_preserves_norm_and_position_zero_is_identity():
 def test_validation(call, param):
     with pytest.raises(ValueError, match=param):
         call()
+
+
+def _rope_float64_reference(q, k, v, qpos, kpos, term):
+    return rp.attend(q.double(), k.double(), v.double(), term, form="none", backend="eager", causal=True,
+                     query_positions=qpos, key_positions=kpos)
+
+
+@pytest.mark.parametrize("scheme", ["rope", "xpos"])
+@pytest.mark.parametrize("start", [10**4, 10**6, 10**7, 2**31])
+def test_angles_are_formed_in_float64_at_far_positions(scheme, start):
+    """A float32 call at a far position equals the float64 one: the angles (position x theta) are formed
+    in float64 and reduced (cos, sin) before the cast, not formed in float32 (error 0.1 at 1e7 before)."""
+    term = rp.registry.example_term(scheme, num_heads=1, head_dim=64, k=None)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, n, 64, generator=g) for n in (1, 4, 4))
+    kpos = torch.arange(start, start + 4)
+    out = rp.attend(q, k, v, term, form="none", backend="eager", causal=True, query_positions=kpos[-1:],
+                    key_positions=kpos)
+    ref = _rope_float64_reference(q, k, v, kpos[-1:], kpos, term)
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=2e-6)
+
+
+def test_rotary_positions_past_the_bound_are_refused_by_name():
+    term = rp.registry.example_term("rope", num_heads=1, head_dim=8, k=None)
+    q = k = v = torch.randn(1, 1, 2, 8)
+    with pytest.raises(ValueError, match=r"positions must lie in \[-2\*\*32, 2\*\*32\]"):
+        rp.attend(q, k, v, term, causal=True, query_offset=2**33)
+    with pytest.raises(ValueError, match="positions must lie in"):
+        rp.kernels.rotary.rope_cos_sin(torch.tensor([2**33]), 8)
+
+
+@pytest.mark.parametrize("dtype, length", [(torch.float16, 9_200), (torch.float16, 60_000), (torch.float32, 80_000)])
+def test_xpos_decode_step_is_finite_and_exact_at_any_length(dtype, length):
+    """One query after every key: the largest xPos factor is 1 (the centre is the middle of first query and
+    last key), so a float16 step over 9,200 keys (NaN before) equals the float64 reference."""
+    term = rp.registry.example_term("xpos", num_heads=1, head_dim=16, k=None)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 1, n, 16, generator=g) for n in (1, length, length))
+    out = rp.attend(q.to(dtype), k.to(dtype), v.to(dtype), term, form="none", backend="eager", causal=True)
+    ref = rp.attend(q.to(dtype).double(), k.to(dtype).double(), v.to(dtype).double(), term, form="none",
+                    backend="eager", causal=True)
+    assert torch.isfinite(out).all()
+    tol = 1e-3 if dtype == torch.float16 else 1e-6
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=tol)
+
+
+def test_xpos_refuses_a_call_its_dtype_cannot_scale():
+    term = rp.registry.example_term("xpos", num_heads=1, head_dim=16, k=None)
+    limit = rp.kernels.rotary.xpos_limit(term.rotary.decay, 16, torch.float16)
+    assert 5_000 < limit < 20_000
+    x = torch.randn(1, 1, limit + 2, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match="xPos cannot scale this call in torch.float16"):
+        rp.attend(x, x, x, term, form="none", backend="eager", causal=True)

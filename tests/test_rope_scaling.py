@@ -228,7 +228,7 @@ def _reference_attention(q, k, v, scaling, qpos, kpos, causal):
     """float64 from the frequencies alone: rotate-half rotation times the attention factor, softmax."""
     scaling = rs.from_config(scaling)
     d = q.shape[-1]
-    seq_len = int(kpos.max()) + 1 if scaling.dynamic else None
+    seq_len = max(int(kpos.max()), int(qpos.max())) + 1 if scaling.dynamic else None  # HF: largest position + 1
     inv = scaling.inverse_frequencies(d, 10000.0, seq_len=seq_len)  # (d/2,)
     a = scaling.attention_factor
 
@@ -323,6 +323,20 @@ def test_a_dynamic_scaling_is_not_causal_in_the_length(name):
     assert (stepped[:, L:] - prefixes[:, L:]).abs().max() > 1e-4  # beyond L they part
 
 
+@pytest.mark.parametrize("name", [n for n in SCALINGS if rs.from_config(SCALINGS[n]).dynamic])
+def test_a_dynamic_scaling_reads_the_largest_query_position(name):
+    """A query placed after every key: the sequence is as long as that query (Hugging Face's seq_len is the
+    largest position + 1), so LongRoPE uses its long factors there, not the short ones of the keys' length."""
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 2, n, 8, generator=g, dtype=torch.float64) for n in (1, 3, 3))
+    qpos, kpos = torch.tensor([20]), torch.arange(3)  # keys within the training length 4, the query far beyond
+    term = rp.schemes.rope.position_term(scaling=rs.from_config(SCALINGS[name]))
+    out = rp.attend(q, k, v, term, form="none", backend="eager", causal=True, query_positions=qpos,
+                    key_positions=kpos)
+    torch.testing.assert_close(out, _reference_attention(q, k, v, SCALINGS[name], qpos, kpos, True), rtol=0,
+                               atol=1e-12)
+
+
 @pytest.mark.parametrize("frame", ["cache", "original"])
 @pytest.mark.parametrize("name", list(SCALINGS))
 def test_sinks_and_window_equal_recomputation(name, frame):
@@ -344,6 +358,17 @@ def test_the_cache_signature_tells_scalings_apart():
 
 # -- bad configurations --------------------------------------------------------------------------
 @pytest.mark.parametrize("spec,match", [
+    # hostile inputs (issue 25): an OverflowError, a silent disagreement, an unbounded factor, a wrong type
+    ({"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 2**1100}, r"integer >= 2 and <= 2\*\*40"),
+    ({"rope_type": "linear", "factor": 2**1100}, "factor must be a finite real number"),
+    ({"rope_type": "linear", "factor": 1e308}, r"factor must be a finite real number >= 1 and <= 1e\+06"),
+    ({"rope_type": "linear", "type": "dynamic", "factor": 2}, "rope_type 'linear' and type 'dynamic' disagree"),
+    ({"rope_type": "longrope", "short_factor": torch.ones(2), "long_factor": [1, 2], "factor": 2,
+      "original_max_position_embeddings": 64}, "short_factor must be a list or tuple of positive numbers.*Tensor"),
+    ({"rope_type": "longrope", "short_factor": {"a": 1}, "long_factor": [1, 2], "factor": 2,
+      "original_max_position_embeddings": 64}, "short_factor must be a list or tuple.*dict"),
+    ({"rope_type": "longrope", "short_factor": [1, 2], "long_factor": [1, 2, 3], "factor": 2,
+      "original_max_position_embeddings": 64}, r"long_factor must have one entry per rotated pair, as short_factor"),
     ({"rope_type": "cubic", "factor": 2}, "rope_type must be one of"),
     ({"factor": 2}, "rope_type must be one of"),
     ({"rope_type": "linear"}, r"needs the field\(s\) \['factor'\]"),
@@ -372,9 +397,10 @@ def test_bad_scalings_are_refused_naming_the_field(spec, match):
 
 
 def test_sizes_the_scaling_cannot_serve_are_refused_when_the_model_is_built():
-    spec = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 3,
+    # (a long_factor of another length than short_factor is refused earlier, by the scaling itself)
+    spec = {"rope_type": "longrope", "short_factor": [1.0] * 3, "long_factor": [1.0] * 3,
             "original_max_position_embeddings": 8, "factor": 2}
-    with pytest.raises(ValueError, match=r"long_factor must have one entry per rotated pair, rotary_dim / 2 = 4"):
+    with pytest.raises(ValueError, match=r"_factor must have one entry per rotated pair, rotary_dim / 2 = 4"):
         _ = rp.models.Transformer(rp.models.TransformerConfig("rope", position={"scaling": spec}, d_model=16,
                                                               num_heads=2))
     with pytest.raises(ValueError, match="needs rotary_dim >= 4"):

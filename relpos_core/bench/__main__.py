@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 
 from relpos_core.bench.presets import MAX_LENGTH, PRESETS
@@ -146,10 +147,54 @@ def main(argv=None) -> int:
     overrides = dict(lengths=args.lengths, threads=args.threads, repeats=args.repeats,
                      spread_threshold=args.spread_threshold, modules=False if args.no_modules else None)
     budget = _PRESET if args.budget is _PRESET_BUDGET else args.budget
-    output.begin(dict(preset=args.preset, device=str(args.device), command=" ".join(sys.argv)))
-    result = run_benchmark(args.preset, device=args.device, budget=budget, progress=not args.no_progress,
-                           on_row=output.add, allocator=allocator,
-                           **{k: v for k, v in overrides.items() if v is not None})
+    head = dict(preset=args.preset, device=str(args.device), command=" ".join(sys.argv))
+    output.begin(head)
+    with _one_interrupt():  # Ctrl-C ends the timing; a second one must not lose the result being written
+        try:
+            result = run_benchmark(args.preset, device=args.device, budget=budget, progress=not args.no_progress,
+                                   on_row=output.add, allocator=allocator,
+                                   **{k: v for k, v in overrides.items() if v is not None})
+        except KeyboardInterrupt:  # outside the timing (preparing a row, the summary, the provenance)
+            result = _rows_only(output, head)
+        return _write(args, output, result)
+
+
+class _one_interrupt:
+    """SIGINT raises KeyboardInterrupt once; later ones are ignored, saying so, while the result is written."""
+
+    def __enter__(self):
+        self.seen = False
+
+        def handler(signum, frame):
+            if self.seen:
+                print("\ninterrupted again: still writing what was measured (a moment)", file=sys.stderr)
+                return
+            self.seen = True
+            raise KeyboardInterrupt
+
+        try:
+            self.previous = signal.signal(signal.SIGINT, handler)
+        except ValueError:  # not the main thread: signals cannot be handled here
+            self.previous = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
+
+
+def _rows_only(output: Output, head: dict) -> dict:
+    """The result of a run interrupted outside its timing: the rows of its partial file, no summary."""
+    from relpos_core.bench.presets import SCHEMA
+    from relpos_core.outputs import read_partial
+
+    rows = read_partial(output.partial)[1] if output.partial.is_file() else []
+    provenance = dict(head, interrupted="Ctrl-C outside the timing: the rows as prepared, no fits or summary")
+    return dict(schema=SCHEMA, complete=False, provenance=provenance, rows=rows, fits=[], summary=None)
+
+
+def _write(args, output: Output, result: dict) -> int:
     page = None
     if args.page is not None and result["complete"]:
         html = figure_page(result)
@@ -158,7 +203,10 @@ def main(argv=None) -> int:
             page = str(args.page)
     result["provenance"]["figures"] = page
     output.finish(result, text=json.dumps(result, indent=1, default=str) + "\n")
-    print(format_table(result))
+    if "interrupted" in result["provenance"]:
+        print(f"{len(result['rows'])} row(s) prepared: {result['provenance']['interrupted']}")
+    else:
+        print(format_table(result))
     missing = " (no figure page: --no-figures)" if args.no_figures else " (plotly missing or interrupted: no page)"
     print(f"wrote {output.path}" + (f" and {page}" if page else missing))
     if not result["complete"]:

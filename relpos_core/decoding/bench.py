@@ -48,6 +48,7 @@ from relpos_core.models import Transformer, TransformerConfig
 from relpos_core.kernels.forms import BACKENDS
 from relpos_core.measure.profile import batched_cpu_profile
 from relpos_core.measure.timing import burst, interleaved
+from relpos_core.measure.device import check_device
 from relpos_core.outputs import Output
 from relpos_core.provenance import git_commit, load_average, machine
 
@@ -281,6 +282,11 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if not args.bench:
         parser.error("nothing to do: pass --bench")
+    if args.device is not None:  # checked before the partial file is written (it would block the same --out)
+        try:
+            args.device = str(check_device(args.device))
+        except ValueError as err:
+            parser.error(f"argument --device: {err}")
     output = Output.for_command_line(parser, args.out, tool=f"kv-decode-{args.preset}", force=args.force)
     output.begin(dict(preset=args.preset, command=" ".join(sys.argv)))
     result = run_decode_benchmark(args.preset, device=args.device, schemes=args.schemes, backends=args.backends,

@@ -33,6 +33,7 @@ from relpos_core.cli import integer_in
 from relpos_core.kernels.rotary import rotate
 from relpos_core.measure.timing import measure_time
 from relpos_core.mla import MLAConfig, MLAttention
+from relpos_core.measure.device import check_device
 from relpos_core.outputs import Output
 from relpos_core.provenance import git_commit, load_average, machine
 from relpos_core.terms import Rotary
@@ -261,6 +262,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--out", default=None, help="JSON file (default: a new file under ./relpos-results/)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
     args = parser.parse_args(argv)
+    if args.device is not None:  # checked before the partial file is written (it would block the same --out)
+        try:
+            args.device = str(check_device(args.device))
+        except ValueError as err:
+            parser.error(f"argument --device: {err}")
     output = Output.for_command_line(parser, args.out, tool=f"kv-scale-{args.preset}", force=args.force)
     output.begin(dict(preset=args.preset, command=" ".join(sys.argv)))
     rows = []

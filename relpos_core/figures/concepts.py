@@ -275,6 +275,10 @@ def skew_steps(L: int = 4, *, height: int = 440):
 # ---------------------------------------------------------------------- 04_transformer_xl
 
 
+MAX_REACH_POSITIONS = 4096  # memory_reach's figure: one cell per position (a (T, T) bool table is 16 MiB)
+MAX_REACH_PAIRS = 2**22  # query-slot pairs memory_reach visits one by one (a few seconds)
+
+
 def memory_reach(*, num_layers: int, segment: int, memory: int, segments: int) -> torch.Tensor:
     """(num_layers + 1, T) bool: which states the last token's top-layer output depends on.
 
@@ -292,6 +296,14 @@ def memory_reach(*, num_layers: int, segment: int, memory: int, segments: int) -
     memory = check_int("memory", memory, min_value=0)
     segments = check_positive_int("segments", segments)
     T = segment * segments
+    if T > MAX_REACH_POSITIONS:  # a (T, T) table and a Python loop over T (memory + segment) pairs
+        raise ValueError(f"segment * segments (the positions drawn) must be <= {MAX_REACH_POSITIONS}, got "
+                         f"{segment} * {segments} = {T}")
+    if T * (memory + segment) > MAX_REACH_PAIRS:  # the pairs the loop below visits
+        raise ValueError(f"memory must keep segment * segments * (memory + segment) <= {MAX_REACH_PAIRS} "
+                         f"(pairs of a Python loop), got {T} * ({memory} + {segment})")
+    if num_layers > MAX_REACH_POSITIONS:
+        raise ValueError(f"num_layers must be <= {MAX_REACH_POSITIONS}, got {num_layers}")
     sees = torch.zeros(T, T, dtype=torch.bool)  # (T, T): query t sees key j in one layer
     local = transformer_xl_causal_mask(segment, memory + segment)  # (segment, M + segment)
     for s in range(segments):

@@ -61,8 +61,17 @@ COLORBAR_PX = 90
 COLORBAR_ROW_PX = 76
 
 
+MAX_HEATMAP_CELLS = 512 * 512  # cells of one matrix: a browser draws (and writes a hover text for) each one
+MAX_HEATMAP_VALUE = 1e100  # finite values beyond it would overflow the colour range's arithmetic
+
+
 def _as_matrix(name: str, matrix) -> np.ndarray:
     if isinstance(matrix, torch.Tensor):
+        if matrix.is_complex():
+            raise ValueError(f"{name} must hold real numbers, got a {matrix.dtype} tensor")
+        shape = tuple(matrix.shape)
+        if len(shape) == 2 and shape[0] * shape[1] > MAX_HEATMAP_CELLS:
+            raise ValueError(f"{name} must have at most {MAX_HEATMAP_CELLS} cells (512 x 512), got shape {shape}")
         dtype = torch.float64 if matrix.is_floating_point() else torch.int64
         matrix = matrix.detach().cpu().to(dtype).numpy()
     array = np.asarray(matrix)
@@ -72,7 +81,26 @@ def _as_matrix(name: str, matrix) -> np.ndarray:
         raise ValueError(
             f"{name} must have at least one row and one column, got shape {array.shape}"
         )
+    if array.size > MAX_HEATMAP_CELLS:
+        raise ValueError(f"{name} must have at most {MAX_HEATMAP_CELLS} cells (512 x 512), got shape {array.shape}")
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold real numbers (bool, integer or float), got dtype {array.dtype}")
+    finite = array[np.isfinite(array)] if array.dtype.kind == "f" else array
+    if finite.size and float(np.abs(finite.astype(np.float64)).max()) > MAX_HEATMAP_VALUE:
+        raise ValueError(f"{name} must hold finite values within +-{MAX_HEATMAP_VALUE:g} (inf and nan are drawn "
+                         f"as empty cells), got {float(np.abs(finite.astype(np.float64)).max()):g}")
     return array
+
+
+def _check_range(zmin, zmax, zmid) -> None:
+    for name, value in (("zmin", zmin), ("zmax", zmax), ("zmid", zmid)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
+                math.isfinite(value) and abs(value) <= MAX_HEATMAP_VALUE):
+            raise ValueError(f"{name} must be None or a finite number within +-{MAX_HEATMAP_VALUE:g}, got {value!r}")
+    if zmin is not None and zmax is not None and not zmin < zmax:
+        raise ValueError(f"zmin must be less than zmax, got zmin={zmin!r}, zmax={zmax!r}")
 
 
 def _format_values(array: np.ndarray, fmt: str) -> list[str]:
@@ -406,6 +434,7 @@ def heatmap(
         else [_as_matrix("matrix", matrices)]
     )
     annotate_max = check_int("annotate_max", annotate_max, min_value=0)
+    _check_range(zmin, zmax, zmid)
     if height is not None:
         height = check_int("height", height, min_value=100, max_value=4000)
     if not isinstance(value_label, str) or not value_label:

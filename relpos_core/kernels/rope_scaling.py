@@ -92,8 +92,17 @@ def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
 
 
 # -- checks --------------------------------------------------------------------------------
-def _real(kind: str, name: str, value, *, low: float, inclusive: bool = True, high: float = math.inf) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+MAX_VALUE = 1e6  # no field of a scaling is meaningful beyond it (a factor of 1e6 stretches 4k to 4G positions)
+MAX_TRAINING_LENGTH = 2**40  # original_max_position_embeddings: positions are bounded there too
+
+
+def _real(kind: str, name: str, value, *, low: float, inclusive: bool = True, high: float = MAX_VALUE) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
+        try:
+            ok = math.isfinite(float(value))
+        except OverflowError:  # an int past float's range (2**1100)
+            ok = False
     if ok:
         v = float(value)
         ok = (v >= low if inclusive else v > low) and v <= high
@@ -104,9 +113,9 @@ def _real(kind: str, name: str, value, *, low: float, inclusive: bool = True, hi
 
 
 def _length(kind: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 2:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 2 <= int(value) <= MAX_TRAINING_LENGTH:
         raise ValueError(f"rope scaling {kind!r}: original_max_position_embeddings (the training length) must be an "
-                         f"integer >= 2, got {value!r}")
+                         f"integer >= 2 and <= 2**40, got {value!r}")
     return int(value)
 
 
@@ -342,11 +351,17 @@ class LongRoPEScaling(_Scaling):
         set_ = object.__setattr__
         for name in ("short_factor", "long_factor"):
             value = getattr(self, name)
-            if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) == 0:
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"rope scaling 'longrope': {name} must be a list or tuple of positive numbers "
+                                 f"(one per rotated pair), got a {type(value).__name__}")
+            if len(value) == 0:
                 raise ValueError(f"rope scaling 'longrope': {name} must be a non-empty list of positive numbers "
                                  f"(one per rotated pair), got {value!r}")
             set_(self, name, tuple(_real("longrope", f"{name}[{i}]", v, low=0.0, inclusive=False)
                                    for i, v in enumerate(value)))
+        if len(self.short_factor) != len(self.long_factor):
+            raise ValueError(f"rope scaling 'longrope': long_factor must have one entry per rotated pair, as "
+                             f"short_factor has ({len(self.short_factor)}), got {len(self.long_factor)}")
         set_(self, "original_max_position_embeddings", _length("longrope", self.original_max_position_embeddings))
         if self.factor is not None:
             set_(self, "factor", _real("longrope", "factor", self.factor, low=1.0))
@@ -402,6 +417,9 @@ def from_config(spec):
     fields = dict(spec)
     kind = fields.pop("rope_type", None)
     legacy = fields.pop("type", None)
+    if kind is not None and legacy is not None and kind != legacy:
+        raise ValueError(f"scaling's rope_type {kind!r} and type {legacy!r} disagree: give one of them "
+                         f"(type is Hugging Face's older name for rope_type)")
     kind = kind if kind is not None else legacy
     if kind == "default" and not fields:
         return None

@@ -15,10 +15,18 @@ Face) and ``interleaved`` (2k with 2k + 1: the paper, GPT-J, Meta's LLaMA code).
 
 xPos (``decay``) also scales q_n by ``zeta^((n - c) / B)`` and k_m by ``zeta^(-(m - c) / B)``
 with ``zeta_k = (2k / r + gamma) / (1 + gamma)``: q . k gains ``zeta^((n - m) / B)``. The
-centre c cancels in every score; it is the middle of the call's positions so that neither
-factor overflows at long context (as the paper's code centres them).
+centre c cancels in every score. It is the middle of [first query, last key]: the largest
+factor is then ``zeta_0^(-(last key - first query) / 2B)``, which is exactly 1 on a decode
+step (one query after every key) at any length; keys far behind the query get factors
+that shrink towards 0, as their float64 score does. A call whose largest factor would not
+fit the input dtype (a float16 self-attention over about 9,000 positions) is refused with
+a ValueError, not computed as inf or NaN (``xpos_limit``).
 
-Angles are computed in float32 (float64 for float64 inputs), then cast to the input dtype.
+Angles (position x theta_k) and xPos exponents are formed in float64 from the integer
+positions, and cos, sin and the scale are reduced there before the cast to the input
+dtype, so a float16 or float32 input is rotated as exactly as its dtype can hold.
+Positions beyond ``MAX_ROTARY_POSITION`` (2**32: the float64 angle is then within
+5e-7 rad) are refused by name.
 """
 from __future__ import annotations
 
@@ -28,10 +36,33 @@ from relpos_core._validate import check_choice, check_tensor
 from relpos_core.terms import Rotary
 
 __all__ = ["PAIRINGS", "inverse_frequencies", "rope_cos_sin", "rotate_half", "apply_rope", "rotate", "rotate_qk",
-           "xpos_zeta"]
+           "xpos_zeta", "xpos_limit", "MAX_ROTARY_POSITION", "check_rotary_positions"]
 
 PAIRINGS = ("rotate_half", "interleaved")
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+# float64 holds integers exactly to 2**53; at 2**32 an angle position * theta_0 is within 2**32 * 2**-53 rad
+MAX_ROTARY_POSITION = 2**32
+ANGLE_DTYPE = torch.float64  # angles and xPos exponents, whatever the input dtype
+
+
+def check_rotary_positions(name: str, lo: int, hi: int) -> None:
+    """Refuse rotary positions outside [-MAX_ROTARY_POSITION, MAX_ROTARY_POSITION] (Python ints, no device read)."""
+    if lo < -MAX_ROTARY_POSITION or hi > MAX_ROTARY_POSITION:
+        raise ValueError(f"{name} must lie in [-2**32, 2**32] for a rotation (angles are formed in float64 and "
+                         f"would lose their precision past it), got range [{lo}, {hi}]")
+
+
+def xpos_limit(decay, rotary_dim: int, dtype: torch.dtype) -> int:
+    """The longest span (last key - first query) whose largest xPos factor fits ``dtype``.
+
+    The largest factor is zeta_0^(-span / 2B) (module docstring); it must stay below
+    the dtype's largest finite value divided by 2**4 (room for q and k entries up to 16).
+    """
+    import math
+
+    zeta0 = decay.gamma / (1.0 + decay.gamma)
+    headroom = math.log(torch.finfo(dtype).max) - 4 * math.log(2)
+    return int(2 * decay.scale_base * headroom / -math.log(zeta0))
 
 
 def _rotary_dim(rotary, head_dim: int) -> int:
@@ -51,8 +82,8 @@ def inverse_frequencies(rotary, head_dim: int, *, seq_len: int | None = None, de
     r = _rotary_dim(rotary, head_dim)
     if rotary.scaling is not None:
         return rotary.scaling.inverse_frequencies(r, rotary.base, seq_len=seq_len, device=device).to(dtype)
-    exponent = torch.arange(0, r, 2, dtype=torch.int64, device=device).to(dtype) / r
-    return 1.0 / (rotary.base ** exponent)  # (r/2,)
+    exponent = torch.arange(0, r, 2, dtype=torch.int64, device=device).to(torch.float64) / r
+    return (1.0 / (rotary.base ** exponent)).to(dtype)  # (r/2,)
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, *, base: float = 10000.0,
@@ -67,10 +98,13 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, *, base: float = 10000.
     check_choice("dtype", dtype, (torch.float16, torch.bfloat16, torch.float32, torch.float64))
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
         raise ValueError(f"head_dim must be an even integer >= 2 (dimensions are rotated in pairs), got {head_dim!r}")
-    work = torch.float64 if dtype == torch.float64 else torch.float32
+    if positions.numel() and not positions.is_meta:
+        lo, hi = torch.stack([positions.min(), positions.max()]).to(torch.int64).tolist()
+        check_rotary_positions("positions", lo, hi)
+    work = ANGLE_DTYPE
     if inv_freq is None:
         inv_freq = inverse_frequencies(Rotary(base=base), head_dim, device=positions.device, dtype=work)
-    freqs = positions[..., None].to(work) * inv_freq.to(work)  # (..., L, d/2) angle of pair k
+    freqs = positions[..., None].to(work) * inv_freq.to(work)  # (..., L, d/2) angle of pair k, in float64
     emb = torch.cat((freqs, freqs), dim=-1)  # (..., L, d) rotate-half layout
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
@@ -98,7 +132,7 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, rotary, *, seq_len: int | N
     """
     B, H, L, d = x.shape
     r = _rotary_dim(rotary, d)
-    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    work = ANGLE_DTYPE  # float64 angles, reduced (cos, sin, scale) before the cast to x's dtype
     inv_freq = inverse_frequencies(rotary, d, seq_len=seq_len, device=x.device, dtype=work)  # (r/2,)
     angle = positions[..., None].to(work) * inv_freq  # (L, r/2) or (B, L, r/2)
     cos, sin = angle.cos(), angle.sin()
@@ -125,10 +159,18 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, rotary, *, seq_len: int | N
 
 def rotate_qk(q: torch.Tensor, k: torch.Tensor, rotary, pos) -> tuple[torch.Tensor, torch.Tensor]:
     """q (B, H, Lq, d) and k (B, H, Lk, d) rotated at the call's positions (``relpos_core.positions``)."""
-    seq_len = pos.max_key + 1 if rotary.dynamic else None
+    check_rotary_positions("query and key positions", min(pos.min_query, pos.min_key), max(pos.max_query, pos.max_key))
+    # a dynamic scaling sees the sequence as long as its furthest position (Hugging Face: largest position + 1)
+    seq_len = max(pos.max_key, pos.max_query) + 1 if rotary.dynamic else None
     centre = 0
     if rotary.decay is not None:
-        centre = (pos.min_key + pos.max_query) // 2 if pos.contiguous else (pos.key.min() + pos.query.max()) // 2
+        span = pos.max_key - pos.min_query  # the largest factor is zeta_0^(-span / 2B) (module docstring)
+        limit = xpos_limit(rotary.decay, _rotary_dim(rotary, q.shape[-1]), q.dtype)
+        if span > limit:
+            raise ValueError(f"xPos cannot scale this call in {q.dtype}: the last key is {span} positions after the "
+                             f"first query, and past {limit} the largest factor zeta^(span / 2B) overflows "
+                             f"{q.dtype}; use a wider dtype or shorter calls (a decode step is fine at any length)")
+        centre = (pos.min_query + pos.max_key) // 2
     q = rotate(q, pos.query, rotary, seq_len=seq_len, decay_sign=1, centre=centre)
     k = rotate(k, pos.key, rotary, seq_len=seq_len, decay_sign=-1, centre=centre)
     return q, k

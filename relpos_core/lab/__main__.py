@@ -136,10 +136,8 @@ def main(argv=None) -> dict:
     command = "python -m relpos_core.lab " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     commit = head["git_commit"] if args.resume else results.git_commit()  # the code at the start
     load_start = head.get("load_start") if args.resume else load_average()
-    output.begin(dict(preset=preset.name, seeds=list(seeds), lrs=list(lrs), command=command, git_commit=commit,
-                      load_start=load_start))
-    for row in done:
-        output.add(row)
+    new_head = dict(preset=preset.name, seeds=list(seeds), lrs=list(lrs), command=command, git_commit=commit,
+                    load_start=load_start)
     order = {(s.run_id, seed, lr): i for i, (s, seed, lr) in enumerate(jobs_of(preset, seeds, lrs))}
     skip = [(r["run_id"], r["seed"], r["lr"]) for r in done]
     earlier_wall = sum(r.get("train_s", 0) + r.get("eval_s", 0) for r in done) / max(1, args.workers)
@@ -155,13 +153,22 @@ def main(argv=None) -> dict:
         output.finish(res, text=results.results_text(res))
         return res
 
+    # armed before the partial file is touched: an interrupt from here on writes what finished
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)  # kill <pid>: the same as Ctrl-C
     try:
+        if args.resume:  # rewritten beside the old one and renamed: the old stays whole until then
+            output.restart(new_head, done)
+        else:
+            output.begin(new_head)
         run = run_preset(preset, seeds, lrs, progress=not args.no_progress, threads_per_run=args.threads,
                          workers=args.workers, on_record=output.add, skip=skip)
     except KeyboardInterrupt:
-        finished = read_partial(output.partial)[1]
-        finish(finished, complete=False)
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the result short
+        try:
+            finished = read_partial(output.partial)[1] if output.partial.is_file() else done
+            finish(finished, complete=False)
+        finally:
+            signal.signal(signal.SIGINT, before)
         print(f"\ninterrupted: wrote the {len(finished)} finished run(s) of {len(order)} to {output.path} "
               f"(marked complete: false); continue with --resume", file=sys.stderr)
         raise SystemExit(130) from None

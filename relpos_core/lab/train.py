@@ -368,7 +368,39 @@ def run_preset(preset: Preset, seeds=None, lrs=None, *, progress: bool = True, t
     return out
 
 
+def _end_with_parent() -> None:
+    """A worker ends when the process that started it does, even on a SIGKILL of that process (which
+    runs no clean-up): Linux's PR_SET_PDEATHSIG, and elsewhere a thread that checks the parent's pid."""
+    import ctypes
+    import multiprocessing
+    import os
+    import signal
+    import sys
+    import threading
+
+    parent = multiprocessing.parent_process()
+    parent_pid = parent.pid if parent is not None else os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):  # pragma: no cover - a libc without prctl: the thread below
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the line above took effect
+        os._exit(1)
+
+    def watch():
+        import time
+
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
+
+
 def _worker_init(threads_per_run):
+    _end_with_parent()
     if threads_per_run is not None:
         torch.set_num_threads(threads_per_run)
 

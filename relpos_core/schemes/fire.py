@@ -44,14 +44,22 @@ def _fire(params: dict):
     w1, b1, w2, b2, c, L = (params[k] for k in ("w1", "b1", "w2", "b2", "c", "L"))
 
     def fn(query_positions: torch.Tensor, key_positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        qp = query_positions.to(dtype)[:, None]  # (Lq, 1)
-        distance = (qp - key_positions.to(dtype)[None, :]).abs_()  # (Lq, Lk) |i - j|
-        cc = c.to(dtype).abs()
-        normaliser = torch.log1p(cc * torch.maximum(qp, L.to(dtype).abs())) + EPS  # (Lq, 1) psi(max(L, i))
-        x = torch.log1p(cc * distance).div_(normaliser)  # (Lq, Lk) in [0, 1] for keys at or before the query
-        hidden = F.relu(x[..., None] * w1.to(dtype) + b1.to(dtype))  # (Lq, Lk, width)
-        out = hidden @ w2.to(dtype).t() + b2.to(dtype)  # (Lq, Lk, H)
-        return out.permute(2, 0, 1)  # (H, Lq, Lk)
+        # |i - j| in int64 (exact), the log transform and the MLP in float32 at least (float64 for float64):
+        # a bf16 position 1000 cannot tell 998 from 1000, and float16 overflows past 65504. The bias is
+        # reduced there and cast to ``dtype`` last, clamped to its finite range.
+        work = torch.promote_types(dtype, torch.float32)
+        distance = (query_positions.to(torch.int64)[:, None] - key_positions.to(torch.int64)[None, :]).abs_()
+        qp = query_positions.to(work)[:, None]  # (Lq, 1)
+        cc = c.to(work).abs()
+        normaliser = torch.log1p(cc * torch.maximum(qp, L.to(work).abs())) + EPS  # (Lq, 1) psi(max(L, i))
+        x = torch.log1p(cc * distance.to(work)).div_(normaliser)  # (Lq, Lk) in [0, 1] for keys at or before the query
+        del distance  # freed before the hidden layer, the peak
+        hidden = F.relu(x[..., None] * w1.to(work) + b1.to(work))  # (Lq, Lk, width)
+        out = hidden @ w2.to(work).t() + b2.to(work)  # (Lq, Lk, H)
+        if work != dtype:
+            big = torch.finfo(dtype).max
+            out = out.clamp(-big, big)  # a key after the query with threshold 0 can reach 1e6: finite, not inf
+        return out.permute(2, 0, 1).to(dtype)  # (H, Lq, Lk)
 
     return fn
 

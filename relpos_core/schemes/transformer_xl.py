@@ -347,6 +347,12 @@ class TransformerXLPosition(PositionModule):
         self.u = nn.Parameter(torch.zeros(shape.num_layers, H, dh))  # global content bias per layer
         self.v = nn.Parameter(torch.zeros(shape.num_layers, H, dh))  # global position bias per layer
 
+    def table_elements(self) -> int:
+        """Elements of the tables ``term`` builds on each call: R (D, d_model) and W_kR R (D, H d_head),
+        counted by the model against the memory budget before it is built."""
+        s = self.shape
+        return self.distances * (s.d_model + s.num_heads * s.head_dim)
+
     def term(self, layer, attention):
         s = self.shape
         R = sinusoidal_relative_encoding(self.distances, s.d_model, dtype=self.u.dtype,

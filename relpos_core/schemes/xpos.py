@@ -14,9 +14,13 @@ per rotated pair k:
 so the score of a pair gains ``zeta^((n - m) / B)`` < 1 for a key behind the query: a
 decay that is faster for the high-frequency pairs (small k). The paper is a causal
 decoder (keys after the query would be scaled up); ``rp.attend`` requires ``causal=True``.
-Inside a call the positions are centred (the centre cancels in every score), so neither
-factor overflows at long context; for the same reason a KV cache keeps xPos keys
-*unrotated* and scales them at read time (``Rotary.rotated_keys_cacheable`` is False).
+Inside a call the positions are centred between the first query and the last key (the
+centre cancels in every score): a decode step's largest factor is then 1 at any length,
+and a call whose factors the input dtype cannot hold (a float16 self-attention over
+about 6,800 positions, ``relpos_core.kernels.rotary.xpos_limit``) is refused with a
+ValueError instead of overflowing to NaN. Because the centre moves with every call, a KV
+cache keeps xPos keys *unrotated* and scales them at read time
+(``Rotary.rotated_keys_cacheable`` is False).
 The maths is in ``relpos_core.kernels.rotary``; the paper's code pairs the dimensions
 interleaved (2k with 2k + 1), the default here.
 """
