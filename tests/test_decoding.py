@@ -481,13 +481,13 @@ def test_a_cache_refuses_another_models_weights_and_sizes():
     model = _model("rope")
     cache = model.new_cache()
     model(_tokens(2), cache)
-    same_config = dec.Decoder(model.config, seed=4, dtype=torch.float64)
+    same_config = rp.models.Transformer(model.config, seed=4, dtype=torch.float64)
     with pytest.raises(ValueError, match="the weights are not the ones"):
         same_config(_tokens(1), cache)
     for change in (dict(vocab_size=VOCAB + 1), dict(d_mlp=24), dict(max_positions=32)):
-        cfg = dec.DecoderConfig(scheme="rope", **{**dict(vocab_size=VOCAB, d_model=16, num_heads=2,
+        cfg = rp.models.TransformerConfig(scheme="rope", **{**dict(vocab_size=VOCAB, d_model=16, num_heads=2,
                                                           max_positions=24), **change})
-        other = dec.Decoder(cfg, seed=3, dtype=torch.float64)
+        other = rp.models.Transformer(cfg, seed=3, dtype=torch.float64)
         with pytest.raises(ValueError, match="made for another model"):
             other(_tokens(1), cache)
     with torch.no_grad():
@@ -517,10 +517,10 @@ def test_kept_positions_of_a_far_step_builds_only_the_kept_ones():
     ("rope", dict(vocab_size=2**40), "vocab_size"),
 ])
 def test_a_model_too_large_to_build_is_refused_before_allocating(scheme, change, name):
-    cfg = dec.DecoderConfig(scheme=scheme, **{**dict(vocab_size=VOCAB, d_model=16, num_heads=2, max_positions=24),
+    cfg = rp.models.TransformerConfig(scheme=scheme, **{**dict(vocab_size=VOCAB, d_model=16, num_heads=2, max_positions=24),
                                               **change})
     with pytest.raises(rp.budget.MemoryBudgetError, match=f"sized by {name}.*over the memory budget"):
-        dec.Decoder(cfg)
+        rp.models.Transformer(cfg)
 
 
 @pytest.mark.parametrize("device", ["tpu", "cuda:7" if torch.cuda.is_available() else "cuda"])
