@@ -19,9 +19,9 @@ from relpos_core.bench import run as bench_run
 from relpos_core.bench import stats as bench_stats
 from relpos_core.bench.__main__ import main as bench_main
 
-# The quick preset with a budget under the naive Shaw call at L = 32 (50 KiB) and over the
-# gather path, so the guard's refusal is part of the run.
-BUDGET = 40_000
+# The quick preset with a budget under the naive Shaw call at L = 32 (56 KiB counted) and over the
+# gather paths and FlexAttention's baseline (42 KiB counted), so the guard's refusal is part of the run.
+BUDGET = 45_000
 
 
 @pytest.fixture(scope="module")
