@@ -99,9 +99,9 @@ def position_entry_points() -> dict[str, list[str]]:
 
     Read from the position term of each declared scheme (``relpos_core.schemes``; its
     pieces, each of which names its own ``stage``); a scheme whose positions are added to the
-    tokens (``Scheme.positions_in_tokens``: absolute) has no term and enters at the input; a scheme with no positions (``Scheme.has_positions`` False) enters
-    nowhere and is left out. Variants (``shaw_key``, ``kerple_power``, ...) are left out: each enters
-    where its scheme does.
+    tokens (``Scheme.positions_in_tokens``: absolute) has no term and enters at the input; a
+    scheme with no positions (``Scheme.has_positions`` False) enters nowhere and is left out.
+    Variants (``shaw_key``, ``kerple_power``, ...) are left out: each enters where its scheme does.
     """
     from relpos_core import registry
 

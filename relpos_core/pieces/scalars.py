@@ -266,7 +266,8 @@ class PairScalar(_Scalar):
         if self.working is not None:
             check_int("working", self.working, min_value=1)
         if self.pair_work is not None:
-            if not (isinstance(self.pair_work, tuple) and len(self.pair_work) == 2 and isinstance(self.pair_work[0], str)):
+            what = self.pair_work[0] if isinstance(self.pair_work, tuple) and len(self.pair_work) == 2 else None
+            if not isinstance(what, str):
                 raise ValueError(f"pair_work must be (description, multiply-adds per pair) or None, "
                                  f"got {self.pair_work!r}")
             check_int("pair_work[1]", self.pair_work[1], min_value=1)
