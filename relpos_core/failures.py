@@ -219,8 +219,7 @@ def distance_probe(
     distances = [check_int("distances[i]", r, min_value=0, max_value=seq_len - 1) for r in distances]
     if not distances:
         raise ValueError("distances must hold at least one distance in [0, seq_len - 1], got none")
-    heads = [p.num_heads for p in term.scalars] + [p.table.shape[0] for p in term.query_vectors + term.key_vectors
-                                                   if p.table.dim() == 3]
+    heads = [p.heads for p in term.all_pieces if p.heads is not None]  # the head count a piece's tensors fix
     H = heads[0] if heads else 1
     n = len(distances)
     element = torch.empty((), dtype=dtype).element_size()

@@ -279,6 +279,38 @@ def test_step_work():
         dec.step_work("xpos", rope_layout="rotated", **kw)  # xPos keys are kept unrotated
 
 
+def test_every_piece_says_what_a_decode_step_computes_for_it(monkeypatch):
+    """step_work asks every piece of the term (CoPE's in the ``pieces`` slot too): a scheme with position
+    pieces does work at every step, and a piece that does not say is an error naming it, not zero."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from relpos_core.pieces.base import Piece
+
+    kw = dict(context=100, num_heads=4, head_dim=8)
+    for scheme in DECODED:
+        term = dec.ledger.decoder_terms(scheme, num_layers=1, context=100, num_heads=4, head_dim=8)[0]
+        for layout in dec.ledger.layouts(scheme):
+            work = dec.step_work(scheme, rope_layout=layout, **kw)
+            if term is not None and term.all_pieces:
+                assert work["madds"] > 0 and work["what"], (scheme, layout, work)
+    # CoPE: a gate sigmoid(q . k) per kept key (d + 1), their running sum (1), the interpolation (2),
+    # and q . e for its 16 table rows (d each), per head
+    assert dec.step_work("cope", **kw)["madds"] == 4 * (100 * (8 + 1 + 1 + 2) + 16 * 8)
+
+    @dataclass(frozen=True)
+    class Silent(Piece):
+        name: str = "silent piece"
+        kind: ClassVar[str] = "silent"
+
+    term = rp.terms.PositionTerm(scheme="silent", convention="none", pieces=(Silent(),))
+    with pytest.raises(NotImplementedError, match="silent piece.*Silent.*decode_step_work"):
+        term.all_pieces[0].decode_step_work(100, 4, 8)
+    monkeypatch.setattr(dec.ledger, "decoder_terms", lambda *a, **k: [term])  # a decoder whose term holds it
+    with pytest.raises(NotImplementedError, match="silent piece"):
+        dec.step_work("alibi", **kw)
+
+
 # -- arguments --------------------------------------------------------------------------
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="encoder"):

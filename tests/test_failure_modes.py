@@ -238,6 +238,16 @@ def test_alibi_weight_falls_with_distance_and_a_wide_enough_clip_tells_all_apart
     assert len({round(x, 9) for x in w.tolist()}) == 160
 
 
+def test_distance_probe_reads_the_heads_of_every_piece():
+    """The probe's head count comes from whichever piece fixes one, a piece of a new kind included (CoPE)."""
+    g = torch.Generator().manual_seed(0)
+    per_head = rp.schemes.cope.position_term(torch.randn(3, 16, 8, generator=g, dtype=torch.float64))  # (H, npos, d)
+    assert _probe(per_head, [1, 5], L=16).shape == (2,)
+    assert rp.failures.distance_probe(per_head, [1, 5], seq_len=16, head_dim=8).shape == (2, 3)  # (n, H): 3 heads
+    assert rp.failures.distance_probe(_terms()["t5"], [1], seq_len=16, head_dim=8).shape == (1, 1)  # T5's one head
+    assert rp.failures.distance_probe(_terms()["rope"], [1], seq_len=16, head_dim=8).shape == (1, 1)  # any H: 1
+
+
 def test_distance_probe_validates():
     terms = _terms()
     shaw_with_value = rp.schemes.shaw.position_term(rel_key=torch.zeros(3, 8), rel_value=torch.zeros(3, 8),

@@ -27,7 +27,6 @@ from relpos_core import schemes
 from relpos_core._validate import check_choice, check_int, check_positive_int
 from relpos_core.budget import dtype_size
 from relpos_core.cache import POSITION_BYTES, ROPE_LAYOUTS
-from relpos_core.terms import PairScalar, ScalarFunction, ScalarSlopes, ScalarTable
 
 __all__ = ["decoder_terms", "cache_bytes", "shared_position_bytes", "bytes_per_token", "step_work",
            "term_state_bytes", "layouts"]
@@ -132,9 +131,11 @@ def step_work(scheme: str, *, context: int, num_heads: int, head_dim: int, rope_
               position: dict | None = None) -> dict[str, object]:
     """What one decode step computes for positions, per layer: a description and multiply-adds.
 
-    Read from the pieces of the scheme's term, beyond the q . k and p . v over the
-    ``context`` kept keys that every scheme does. A rotation costs 2 multiply-adds per
-    dimension; a bias lookup, a slope product or a kernel evaluation counts 1.
+    Each piece of the scheme's term says what it computes (``Piece.decode_step_work``),
+    beyond the q . k and p . v over the ``context`` kept keys that every scheme does. A
+    rotation costs 2 multiply-adds per dimension, a dot product of size d costs d; a bias
+    lookup, a slope product or a kernel evaluation counts 1. A piece that does not say
+    raises, naming it.
     """
     entry = _decoded(scheme)
     context = check_positive_int("context", context)
@@ -144,38 +145,10 @@ def step_work(scheme: str, *, context: int, num_heads: int, head_dim: int, rope_
         what = ("nothing (the position vector was added to the token once)" if entry.scheme.positions_in_tokens
                 else "nothing")
         return dict(what=what, madds=0)
+    layout = check_choice("rope_layout", rope_layout, layouts(scheme)) if term.rotary is not None else None
     parts, madds = [], 0
-    if term.rotary is not None:
-        layout = check_choice("rope_layout", rope_layout, layouts(scheme))
-        if layout == "rotated":
-            parts.append("rotate the new query and the new key, once")
-            madds += 2 * 2 * H * d
-        else:
-            parts.append("rotate the new query and every kept key")
-            madds += 2 * H * d * (context + 1)
-    for piece in term.scalars:
-        if isinstance(piece, ScalarTable):
-            parts.append("the bucket of every kept key's offset, then a table lookup")
-            madds += H * context
-        elif isinstance(piece, ScalarSlopes):
-            parts.append("slope x distance for every kept key")
-            madds += H * context
-        elif isinstance(piece, ScalarFunction):
-            parts.append("the kernel of every kept key's distance, per head")
-            madds += H * context
-        elif isinstance(piece, PairScalar):
-            width = piece.params[0].shape[0]
-            parts.append("the MLP at every kept key's normalised distance")
-            madds += context * (width + width * H)
-    for piece in term.query_vectors:
-        rows = piece.rows.num_rows
-        parts.append(f"q . E for the {rows} table rows")
-        madds += H * rows * d
-    for piece in term.key_vectors:
-        parts.append("k . E for every kept key and table row")
-        madds += H * context * piece.rows.num_rows * d
-    if term.value is not None:
-        parts.append("the value term over the same rows")
-        madds += H * term.value.rows.num_rows * d
+    for piece in term.all_pieces:
+        what, n = piece.decode_step_work(context, H, d, layout)
+        parts.append(what)
+        madds += n
     return dict(what="; ".join(parts), madds=madds)
-

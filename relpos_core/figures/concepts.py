@@ -98,15 +98,19 @@ def position_entry_points() -> dict[str, list[str]]:
     """Scheme -> the stages of :data:`STAGES` where its position signal enters.
 
     Read from the position term of each declared scheme (``relpos_core.schemes``; its
-    pieces, each of which names its own ``stage``); absolute positions, which have no term, enter
-    at the input. Variants (``shaw_key``, ``kerple_power``, ...) are left out: each enters
-    where its scheme does.
+    pieces, each of which names its own ``stage``); a scheme whose positions are added to the
+    tokens (``Scheme.positions_in_tokens``: absolute) has no term and enters at the input; a
+    scheme with no positions (``Scheme.has_positions`` False) enters nowhere and is left out.
+    Variants (``shaw_key``, ``kerple_power``, ...) are left out: each enters where its scheme does.
     """
     from relpos_core import registry
 
-    entries = {"absolute": ["input"]}
-    for scheme in schemes.SCHEMES:
-        if scheme in ("none", "absolute"):
+    entries = {}
+    for scheme, declared in schemes.SCHEMES.items():
+        if not declared.has_positions:
+            continue
+        if declared.positions_in_tokens:
+            entries[scheme] = ["input"]
             continue
         term = registry.example_term(scheme, num_heads=2, head_dim=8, k=4, device="meta")
         stages = [piece.stage for piece in term.all_pieces]

@@ -19,8 +19,13 @@ each one, never naming a piece class:
 * **what it allocates**: ``allocations(form, backend, sizes)``, the tensors (``Alloc``: a
   name, a shape, a dtype) it materialises on that path, its result included. The memory
   guard (``relpos_core.measure.analytic``) sums them with the kernel's own few tensors.
+* **what a decode step costs**: ``decode_step_work(context, num_heads, head_dim, layout)``,
+  what one decode step computes for it beyond the q . k and p . v over the ``context`` kept
+  keys (a description and its multiply-adds; ``relpos_core.decoding.ledger.step_work``). A
+  piece that does not declare it is an error naming the piece, never counted as no work.
 * **where it enters** the concept figure: ``stage`` ("rotary", "vector", "scalar" or
-  "output"), and ``kind``, its short name in tables and messages.
+  "output"), and ``kind``, its short name in tables and messages; ``heads``, the head count
+  its tensors fix (None when any fits).
 
 A new kind of piece is one subclass; nothing else in the library needs to know it.
 """
@@ -101,6 +106,11 @@ class Piece:
     def check(self, num_heads: int, head_dim: int) -> None:
         """Raise a ValueError when the piece does not fit q's heads H and head size d."""
 
+    @property
+    def heads(self) -> int | None:
+        """The head count H its tensors fix (a bias per head, a table per head), or None when any H fits."""
+        return None
+
     def tensors(self) -> list[tuple[str, torch.Tensor]]:
         """Every (name, tensor) the piece holds (tables, parameters): device, dtype and gradient checks."""
         return []
@@ -120,3 +130,19 @@ class Piece:
     def allocations(self, form: str, backend: str, sizes: Sizes) -> list[Alloc]:
         """The tensors it materialises on (form, backend) at these sizes, its result included."""
         return []
+
+    def decode_step_work(self, context: int, num_heads: int, head_dim: int,
+                         layout: str | None = None) -> tuple[str, int]:
+        """What one decode step computes for this piece, per layer: (a description, multiply-adds).
+
+        Beyond the q . k and p . v over the ``context`` kept keys that every scheme does, for
+        one new query of ``num_heads`` heads of size ``head_dim``. ``layout``: how the cache
+        keeps the keys ("rotated" or "unrotated", ``relpos_core.cache.ROPE_LAYOUTS``; what a
+        rotation costs depends on it), None without a rotation. Counting: a rotation costs 2
+        multiply-adds per dimension, a dot product of size d costs d, a bias lookup, a slope
+        product or a function evaluation 1.
+        """
+        raise NotImplementedError(
+            f"{self.name} ({self.kind}, class {type(self).__name__}) does not say what a decode step computes "
+            f"for it: give it decode_step_work(context, num_heads, head_dim, layout) -> (description, "
+            f"multiply-adds) (relpos_core.pieces.base.Piece)")

@@ -70,8 +70,20 @@ class ContextualPositions(Piece):
         if self.table.dim() == 3 and self.table.shape[0] != num_heads:
             raise ValueError(f"the term's {self.name} table has {self.table.shape[0]} heads, q has H = {num_heads}")
 
+    @property
+    def heads(self):
+        return self.table.shape[0] if self.table.dim() == 3 else None
+
     def tensors(self):
         return [(f"{self.name} table", self.table)]
+
+    def decode_step_work(self, context, num_heads, head_dim, layout=None):
+        """Per head, for the new query: a gate sigmoid(q . k) per kept key (d + 1), their running sum (1),
+        q . e for every table row (d each), and per kept key the interpolation of two reads (2)."""
+        npos = self.num_positions
+        return (f"the gates sigmoid(q . k) of every kept key and their running sum, q . e for the {npos} table rows, "
+                f"and the interpolation between two rows for every kept key",
+                num_heads * (context * (head_dim + 1 + 1 + 2) + npos * head_dim))
 
     def logits(self, form, q, k, pos, dtype):
         scale = q.shape[-1] ** -0.5 if self.gate_scale is None else self.gate_scale

@@ -84,6 +84,17 @@ class Rotary(Piece):
         """
         return self.decay is None and not self.dynamic
 
+    def decode_step_work(self, context, num_heads, head_dim, layout=None):
+        """2 multiply-adds per rotated dimension: the new query and key once when the cache keeps keys
+        rotated, the new query and every kept key (and the new one) when it keeps them unrotated."""
+        if layout not in ("rotated", "unrotated"):
+            raise ValueError(f"layout must be 'rotated' or 'unrotated' for a rotation (how the cache keeps keys), "
+                             f"got {layout!r}")
+        r = head_dim if self.rotary_dim is None else min(self.rotary_dim, head_dim)
+        if layout == "rotated":
+            return "rotate the new query and the new key, once", 2 * 2 * num_heads * r
+        return "rotate the new query and every kept key", 2 * num_heads * r * (context + 1)
+
     def allocations(self, form, backend, s):
         """The rotated q and k (kept), and the working set of rotating the longer of the two: its angles,
         cos and sin, and three half-size products (x1 cos, x2 sin and their difference)."""

@@ -40,8 +40,18 @@ class _Scalar(Piece):
         if self.num_heads != num_heads:
             raise ValueError(f"the term's {self.name} has {self.num_heads} heads, q has H = {num_heads}")
 
+    @property
+    def heads(self):
+        return self.num_heads
+
     def tensors(self):
         return [(f"{self.name} params[{i}]", p) for i, p in enumerate(self.params)]
+
+    #: what a decode step computes for each kept key (``decode_step_work``), one value per head
+    step_description: ClassVar[str] = ""
+
+    def decode_step_work(self, context, num_heads, head_dim, layout=None):
+        return self.step_description or f"{self.name} for every kept key, per head", num_heads * context
 
 
 class _OffsetScalar(_Scalar):
@@ -95,6 +105,7 @@ class ScalarTable(_OffsetScalar):
     ids: RowIndex
     name: str = "scalar table"
     kind: ClassVar[str] = "scalar_table"
+    step_description: ClassVar[str] = "the bucket of every kept key's offset, then a table lookup"
 
     def __post_init__(self):
         check_tensor("table", self.table, ndim=2, floating=True)
@@ -143,6 +154,7 @@ class ScalarSlopes(_OffsetScalar):
     symmetric: bool = False
     name: str = "slopes"
     kind: ClassVar[str] = "scalar_slopes"
+    step_description: ClassVar[str] = "slope x distance for every kept key"
 
     def __post_init__(self):
         check_tensor("slopes", self.slopes, ndim=1, floating=True)
@@ -208,6 +220,7 @@ class ScalarFunction(_OffsetScalar):
     name: str = "scalar function"
     working: int = 2
     kind: ClassVar[str] = "scalar_function"
+    step_description: ClassVar[str] = "the kernel of every kept key's distance, per head"
 
     def __post_init__(self):
         for i, p in enumerate(self.params):
@@ -231,7 +244,9 @@ class PairScalar(_Scalar):
     value is not a function of the offset alone, so no per-offset table exists: only the
     naive form (per pair) computes it, on every backend. ``working``: how many values per
     pair ``fn`` holds at once at its peak, its result (H per pair) included (FIRE: its MLP's
-    hidden layer twice, 2 width + 2).
+    hidden layer twice, 2 width + 2). ``pair_work``: what ``fn`` computes for one (query,
+    key) pair and its multiply-adds, for the decode ledger (``decode_step_work``; FIRE: its
+    MLP at the pair's normalised distance, width + width H); None: one value per head, H.
     """
 
     fn: Callable[[torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]
@@ -239,6 +254,7 @@ class PairScalar(_Scalar):
     num_heads: int
     name: str = "pair scalar"
     working: int | None = None
+    pair_work: tuple[str, int] | None = None
     kind: ClassVar[str] = "pair_scalar"
     computes: ClassVar = {"naive": ALL_BACKENDS}
     offset_only: ClassVar[bool] = False
@@ -249,6 +265,12 @@ class PairScalar(_Scalar):
         check_int("num_heads", self.num_heads, min_value=1)
         if self.working is not None:
             check_int("working", self.working, min_value=1)
+        if self.pair_work is not None:
+            what = self.pair_work[0] if isinstance(self.pair_work, tuple) and len(self.pair_work) == 2 else None
+            if not isinstance(what, str):
+                raise ValueError(f"pair_work must be (description, multiply-adds per pair) or None, "
+                                 f"got {self.pair_work!r}")
+            check_int("pair_work[1]", self.pair_work[1], min_value=1)
 
     def refusal(self, form, backend):
         return (f"{self.name}'s bias depends on the query's position, not only on the offset, so no per-offset "
@@ -261,6 +283,12 @@ class PairScalar(_Scalar):
 
     def logits(self, form, q, k, pos, dtype):
         return self.pair_values(pos.query, pos.key, dtype).unsqueeze(0)  # (1, H, Lq, Lk)
+
+    def decode_step_work(self, context, num_heads, head_dim, layout=None):
+        if self.pair_work is None:
+            return f"{self.name} at every kept key's pair of positions, per head", num_heads * context
+        what, per_pair = self.pair_work
+        return what, context * per_pair
 
     def score_mod(self, form, q, k, pos):
         Lk = pos.key_len

@@ -173,6 +173,10 @@ class _RowVectors(Piece):
     def _table_heads(self) -> int:
         return self.table.shape[0] if self.per_head else 1
 
+    @property
+    def heads(self):
+        return self.table.shape[0] if self.per_head else None
+
     def _broadcast_copy(self, s: Sizes, rows: int, dtype) -> list[Alloc]:
         """x (B, H, n, d) @ E^T with a per-head E: matmul expands E to (B, H, d, R), a copy when B > 1."""
         return [Alloc("the table broadcast over the batch", (s.B, s.H, s.d, rows), dtype)] \
@@ -299,6 +303,10 @@ class QueryVectors(_LogitVectors):
     def _shift_allocs(self, s):
         return [Alloc("q + shift", (s.B, s.H, s.Lq, s.d), s.dtype)] if self.shift is not None else []
 
+    def decode_step_work(self, context, num_heads, head_dim, layout=None):
+        rows = self.rows.num_rows  # the new query against every row, once: the kept keys read their row
+        return f"q . E for the {rows} table rows", num_heads * rows * head_dim
+
 
 @dataclass(frozen=True)
 class KeyVectors(_LogitVectors):
@@ -309,6 +317,9 @@ class KeyVectors(_LogitVectors):
     name: str = "key vectors"
     kind: ClassVar[str] = "key_vectors"
     side: ClassVar[str] = "key"
+
+    def decode_step_work(self, context, num_heads, head_dim, layout=None):
+        return "k . E for every kept key and table row", num_heads * context * self.rows.num_rows * head_dim
 
 
 @dataclass(frozen=True)
@@ -325,6 +336,10 @@ class ValueVectors(_RowVectors):
     def refusal(self, form, backend):
         return (f"{self.name} changes the output, not the logits: no attn_mask or score_mod can express it; "
                 f"use backend 'eager'")
+
+    def decode_step_work(self, context, num_heads, head_dim, layout=None):
+        rows = self.rows.num_rows  # the weights summed per row, then the rows once
+        return "the value term over the same rows", num_heads * rows * head_dim
 
     def output(self, form, probs, pos):
         B, H, Lq, Lk = probs.shape

@@ -97,7 +97,9 @@ def position_term(params: dict) -> PositionTerm:
 
     piece = PairScalar(_fire(params), tuple(params[k] for k in ("w1", "b1", "w2", "b2", "c", "L")), H,
                        name="FIRE",
-                       working=3 + 2 * width + 2 * H)  # positions, distances, the hidden layer twice, the result
+                       working=3 + 2 * width + 2 * H,  # positions, distances, the hidden layer twice, the result
+                       pair_work=("the MLP at every kept key's normalised distance",
+                                  width + width * H))  # its MLP, 1 -> width -> H, at each pair
     return PositionTerm(scheme="fire", convention="query_minus_key", scalars=(piece,))
 
 
