@@ -4,8 +4,8 @@ Book: "What it costs" (chapters/08_what_it_costs.ipynb). Every function reads
 the result dict the benchmark writes as JSON (``read_result``); nothing is re-measured.
 
 * ``scheme_figure``: small multiples for one scheme, time, measured peak memory and time
-  over no-bias SDPA against L, one line per path (colour = form, dash = backend, open
-  markers = rows flagged noisy, bars = interquartile range);
+  over no-bias SDPA against L, one line per path in the scheme's colour (dash = form, marker = backend,
+  open markers = rows flagged noisy, bars = interquartile range);
 * ``scheme_slider``: the same figure with a slider over the schemes, on fixed axes;
 * ``exponent_figure``: every path's growth exponent of time and of memory, with its
   fit error, against the reference slopes 1 (linear) and 2 (quadratic);
@@ -24,16 +24,17 @@ from pathlib import Path
 from relpos_core import schemes
 
 from ._plotly import attach_narrow, plotly_modules
-from .style import MAX_HEIGHT, NEUTRAL, scheme_label
+from .style import MAX_HEIGHT, NEUTRAL, scheme_color, scheme_label
 
 __all__ = ["read_result", "path_style", "scheme_figure", "scheme_slider", "exponent_figure", "exponent_slider",
-           "analytic_bytes_figure", "report_html", "FORM_COLORS", "BACKEND_DASH"]
+           "analytic_bytes_figure", "report_html", "FORM_DASH", "FORM_SYMBOL", "BACKEND_SYMBOL"]
 
-# colour = the kernel form of a path (how the position term is computed), the same in
-# every figure of the costs chapter; colour-blind-safe (Okabe and Ito), told apart by dash and
-# marker too
-FORM_COLORS = {"none": NEUTRAL, "naive": "#d55e00", "gather": "#009e73", "skew": "#0072b2", "hf": "#cc79a7"}
-BACKEND_DASH = {"eager": "dot", "sdpa": "solid", "flex": "dash", "transformers": "dashdot"}
+# colour is the scheme's (``style.scheme_color``), never a form's or a backend's: the
+# kernel form of a path (how the position term is computed) is its dash, the backend its
+# marker, the same in every figure of the costs chapter; in a figure of markers only
+# (the exponents) the form is the marker's shape
+FORM_DASH = {"none": "longdashdot", "naive": "dot", "gather": "dash", "skew": "solid", "hf": "dashdot"}
+FORM_SYMBOL = {"none": "x", "naive": "square", "gather": "triangle-up", "skew": "circle", "hf": "star"}
 BACKEND_SYMBOL = {"eager": "square", "sdpa": "circle", "flex": "diamond", "transformers": "star"}
 MIB = 2**20
 #: the schemes' names as the book writes them (``style.scheme_label``: each declaration's ``display``)
@@ -42,16 +43,20 @@ DISPLAY = {s: scheme_label(s) for s in schemes.names()}
 SHORT = {s: schemes.lookup(s).short for s in schemes.names()}
 
 
-def _key_legend(fig, forms, backends) -> None:
-    """Legend entries for the colours (forms) and line styles (backends), not one per path:
-    short enough to sit above the plot on a phone."""
+def _key_legend(fig, forms, backends, *, form_markers: bool = False) -> None:
+    """Legend entries for the dashes (forms; marker shapes with ``form_markers``) and the
+    markers (backends), in the neutral colour, not one per path: short enough to sit
+    above the plot on a phone."""
     go, _ = plotly_modules()
     for form in forms:
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=form, hoverinfo="skip",
-                                 line=dict(color=FORM_COLORS.get(form, "#8c564b"), width=4)))
+        if form_markers:
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=form, hoverinfo="skip",
+                                     marker=dict(color=NEUTRAL, symbol=FORM_SYMBOL.get(form, "circle"), size=8)))
+        else:
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=form, hoverinfo="skip",
+                                     line=dict(color=NEUTRAL, dash=FORM_DASH.get(form, "solid"), width=2)))
     for backend in backends:
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers", name=backend, hoverinfo="skip",
-                                 line=dict(color=NEUTRAL, dash=BACKEND_DASH.get(backend, "solid"), width=2),
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=backend, hoverinfo="skip",
                                  marker=dict(color=NEUTRAL, symbol=BACKEND_SYMBOL.get(backend, "circle"), size=8)))
 
 
@@ -68,11 +73,12 @@ def read_result(path) -> dict:
     return data
 
 
-def path_style(form: str, backend: str, *, noisy: bool = False) -> dict:
-    """Line and marker of a path: colour by form, dash and marker shape by backend."""
-    colour = FORM_COLORS.get(form, "#8c564b")
+def path_style(form: str, backend: str, *, noisy: bool = False, scheme: str | None = None) -> dict:
+    """Line and marker of a path: the colour of ``scheme`` (the neutral colour without
+    one), the dash by form, the marker's shape by backend; the marker has its line's colour."""
+    colour = scheme_color(scheme) if scheme is not None else NEUTRAL
     symbol = BACKEND_SYMBOL.get(backend, "circle") + ("-open" if noisy else "")
-    return dict(line=dict(color=colour, dash=BACKEND_DASH.get(backend, "solid"), width=2),
+    return dict(line=dict(color=colour, dash=FORM_DASH.get(form, "solid"), width=2),
                 marker=dict(color=colour, symbol=symbol, size=8))
 
 
@@ -148,7 +154,7 @@ def scheme_figure(result: dict, scheme: str, *, mode: str = "forward", traces_pe
         if t_fit and m_fit:
             fitted = f"<br>time ∝ L^{t_fit['slope']:.2f}, memory ∝ L^{m_fit['slope']:.2f}"
         Ls = [r["L"] for r in rows]
-        style = path_style(form, backend)
+        style = path_style(form, backend, scheme=scheme)
         symbols = [path_style(form, backend, noisy=bool(r.get("noisy")))["marker"]["symbol"] for r in rows]
         med = [r["time_ms"]["median"] for r in rows]
         err = dict(type="data", symmetric=False, array=[r["time_ms"]["q3"] - m for r, m in zip(rows, med)],
@@ -175,8 +181,8 @@ def scheme_figure(result: dict, scheme: str, *, mode: str = "forward", traces_pe
     order = [t for panel in range(3) for t in list(fig.data)[panel::3]]
     fig.data = tuple(order)
     in_mode = [r for r in result["rows"] if r["mode"] == mode and r["status"] == "ok"]
-    _key_legend(fig, [f for f in FORM_COLORS if any(r["form"] == f for r in in_mode)],
-                [b for b in BACKEND_DASH if any(r["backend"] == b for r in in_mode)])
+    _key_legend(fig, [f for f in FORM_DASH if any(r["form"] == f for r in in_mode)],
+                [b for b in BACKEND_SYMBOL if any(r["backend"] == b for r in in_mode)])
     ranges = ranges or _ranges(result, mode)
     lengths = sorted({r["L"] for r in result["rows"]})
     for row, (title, key) in enumerate(((clock + " per call", "time"), ("peak MiB", "memory"),
@@ -236,8 +242,8 @@ def exponent_figure(result: dict, *, mode: str = "forward", min_points: int = 4,
     from plotly.subplots import make_subplots
 
     every = _exponent_fits(result, mode, min_points)
-    all_backends = [b for b in BACKEND_DASH if any(f["backend"] == b for f in every)]
-    all_forms = [f for f in FORM_COLORS if any(x["form"] == f for x in every)]
+    all_backends = [b for b in BACKEND_SYMBOL if any(f["backend"] == b for f in every)]
+    all_forms = [f for f in FORM_SYMBOL if any(x["form"] == f for x in every)]
     if backends is not None:
         unknown = set(backends) - set(all_backends)
         if unknown:
@@ -256,7 +262,7 @@ def exponent_figure(result: dict, *, mode: str = "forward", min_points: int = 4,
                         subplot_titles=["time", "memory"])
     for col, quantity in enumerate(("time", "peak_bytes"), start=1):
         for backend in backends:
-            xs, ys, errs, colours = [], [], [], []
+            xs, ys, errs, colours, symbols = [], [], [], [], []
             for k, label in zip(keys, labels):
                 if k[2] != backend:
                     continue
@@ -267,31 +273,28 @@ def exponent_figure(result: dict, *, mode: str = "forward", min_points: int = 4,
                 xs.append(f["slope"])
                 ys.append(label)
                 errs.append(f["stderr"] or 0.0)
-                colours.append(FORM_COLORS.get(k[1], "#8c564b"))
+                colours.append(scheme_color(k[0]))  # the scheme's colour; the form: the shape
+                symbols.append(FORM_SYMBOL.get(k[1], "circle"))
             if not xs:
                 continue
             fig.add_trace(go.Scatter(
                 x=xs, y=ys, mode="markers", name=backend, showlegend=False,
-                marker=dict(color=colours, symbol=BACKEND_SYMBOL.get(backend, "circle"), size=9,
-                            line=dict(color=NEUTRAL, width=0.5)),
+                marker=dict(color=colours, symbol=symbols, size=9, line=dict(color=colours, width=0.5)),
                 error_x=dict(type="data", array=errs, thickness=1.2, width=3, color=NEUTRAL),
                 hovertemplate="%{y}<br>x = %{x:.2f}<extra>" + quantity.replace("_bytes", "") + "</extra>"),
                 row=1, col=col)
         for ref in (1, 2):
             fig.add_vline(x=ref, line=dict(dash="dot", color=NEUTRAL, width=1), row=1, col=col)
         fig.update_xaxes(range=[-0.2, 2.9], tickvals=[0, 1, 2], row=1, col=col)
-    keyed_backends = [] if one_backend else all_backends
-    _key_legend(fig, all_forms, keyed_backends)
-    for trace in fig.data[len(fig.data) - len(keyed_backends):]:  # the backends' key: markers, as plotted
-        trace.mode = "markers"
+    _key_legend(fig, all_forms, [], form_markers=True)  # each row's label names its backend
     fig.update_yaxes(autorange="reversed", type="category", row=1, col=1, automargin=True)
     fig.update_xaxes(title_text="exponent x of L<sup>x</sup>", row=1, col=1)
     height = height or 160 + 17 * len(keys)
-    fig.update_layout(height=height, margin=dict(l=10, r=10, t=115 if keyed_backends else 90, b=50),
+    fig.update_layout(height=height, margin=dict(l=10, r=10, t=90, b=50),
                       legend=_top_legend())
     # on a phone the legend wraps onto more rows: more room above, and for the rows
     narrow = go.Figure(fig)
-    narrow.update_layout(height=height + 100, margin=dict(t=175 if keyed_backends else 115))
+    narrow.update_layout(height=height + 100, margin=dict(t=115))
     return attach_narrow(fig, narrow)
 
 
@@ -301,7 +304,7 @@ def exponent_slider(result: dict, *, mode: str = "forward", min_points: int = 4)
     from .slider import slider
 
     every = _exponent_fits(result, mode, min_points)
-    backends = [b for b in BACKEND_DASH if any(f["backend"] == b for f in every)]
+    backends = [b for b in BACKEND_SYMBOL if any(f["backend"] == b for f in every)]
     rows = max(len({(f["scheme"], f["form"], f["causal"]) for f in every if f["backend"] == b})
                for b in backends)
     height = min(HEIGHT, 135 + 17 * rows)
@@ -363,9 +366,9 @@ def _analytic_bytes_grid(go, make_subplots, analytic_bytes, paths, *, H, d, dt, 
                                          causal=causal) / MIB)
             lo, hi = min(lo, min(ys)), max(hi, max(ys))
             name = f"{p.form}/{p.backend}"
-            style = path_style(p.form, p.backend)
-            fig.add_trace(go.Scatter(x=list(lengths), y=ys, mode="lines", name=name, showlegend=False,
-                                     line=style["line"], legendgroup=name,
+            style = path_style(p.form, p.backend, scheme=scheme)
+            fig.add_trace(go.Scatter(x=list(lengths), y=ys, mode="lines+markers", name=name, showlegend=False,
+                                     line=style["line"], marker=style["marker"], legendgroup=name,
                                      hovertemplate="L=%{x}<br>%{y:.4g} MiB (analytic)<extra>" + name + "</extra>"),
                           row=r, col=c)
             mx, my = [], []
@@ -382,9 +385,7 @@ def _analytic_bytes_grid(go, make_subplots, analytic_bytes, paths, *, H, d, dt, 
                                                  line=dict(width=2)),
                                      hovertemplate="L=%{x}<br>%{y:.4g} MiB measured<extra>" + name + "</extra>"),
                           row=r, col=c)
-    _key_legend(fig, [f for f in FORM_COLORS if f in forms], [b for b in BACKEND_DASH if b in backends])
-    for trace in fig.data[-len(backends):]:
-        trace.mode = "lines"
+    _key_legend(fig, [f for f in FORM_DASH if f in forms], [b for b in BACKEND_SYMBOL if b in backends])
     yr = [math.log10(lo) - 0.2, math.log10(hi) + 0.2]
     ticks = [L for L in lengths if math.log2(L) % 2 == 1] or list(lengths)
     for i in range(len(schemes)):

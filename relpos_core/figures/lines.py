@@ -92,6 +92,9 @@ def line(
         )
         if styles and name in styles:
             fig.data[-1].update(**styles[name])
+            trace = fig.data[-1]
+            if trace.line.color is not None and _marker_colour(styles[name]) is None:
+                trace.marker.color = trace.line.color  # a marker always has its line's colour
     unknown = set(styles or {}) - set(series)
     if unknown:
         raise ValueError(
@@ -117,6 +120,13 @@ def line(
     if log_y:
         fig.update_yaxes(**log_ticks(*_positive_extent([y for t in fig.data for y in t.y])))
     return fig
+
+
+def _marker_colour(style: Mapping):
+    """The marker colour a trace style sets, or None (either spelling: ``marker=dict(color=...)``
+    or ``marker_color=...``)."""
+    marker = style.get("marker") or {}
+    return style.get("marker_color", marker.get("color") if isinstance(marker, Mapping) else None)
 
 
 def log_ticks(low: float, high: float) -> dict:

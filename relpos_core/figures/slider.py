@@ -20,10 +20,31 @@ from typing import Callable, Sequence
 
 from ._plotly import figure_mimebundle, plotly_modules
 
-__all__ = ["slider", "SliderFigure"]
+__all__ = ["slider", "SliderFigure", "value_label"]
 
 #: the height the slider control adds below the plot (px)
 SLIDER_PX = 80
+
+
+
+def value_label(value) -> str:
+    """How a slider writes ``value``: round large numbers short (10000 -> "10k",
+    500000.0 -> "500k", 1000000 -> "1M", 1500000 -> "1.5M"), other numbers without a
+    trailing ".0" (131072.0 -> "131072", 0.5 -> "0.5"), anything else as ``str``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if float(value).is_integer():
+        n = int(value)
+        for unit, suffix in ((10**9, "G"), (10**6, "M"), (10**3, "k")):
+            if abs(n) >= 10 * unit if unit == 10**3 else abs(n) >= unit:
+                if n % (unit // 10) == 0:  # at most one decimal: exact
+                    return f"{n / unit:g}{suffix}"
+                break
+        return str(n)
+    return f"{value:g}"
+
 
 _FRAME_KEYS = ("title", "annotations", "meta", "shapes", "legend")
 
@@ -204,7 +225,7 @@ class SliderFigure:
             from IPython.display import display
 
             control = widgets.SelectionSlider(
-                options=[(str(v), v) for v in self.values],
+                options=[(value_label(v), v) for v in self.values],
                 value=self.value,
                 description=self.name,
                 continuous_update=False,
@@ -266,7 +287,7 @@ class SliderFigure:
         base.frames = frames
         steps = [
             dict(
-                label=str(v),
+                label=value_label(v),
                 method="animate",
                 args=[
                     [str(v)],

@@ -189,7 +189,7 @@ SCHEME = Scheme(
     example=example, options=AbsoluteOptions, module=AbsolutePosition, order=10,
     variants=(Variant("learned", "learned absolute", dict(embedding="learned"),
                       "a trained vector per position added to each token (BERT, GPT-2)", model_only=True,
-                      short="learned", color="#9467bd",
+                      short="learned", color="#9966bb",
                       lab=Lab(("retrieval_gap",), book=True)),),
     lab=Lab(("retrieval_gap",)),
 )

@@ -74,7 +74,7 @@ class CoPEPosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="cope", color="#c2a83e", short="CoPE", display="CoPE", paper="Golovneva et al. 2024",
+    name="cope", color="#99bb00", short="CoPE", display="CoPE", paper="Golovneva et al. 2024",
     cite="golovneva2024cope", chapter=None, convention="none",
     formula=r"q_i \cdot e\big(\textstyle\sum_{t=j}^{i} \sigma(q_i \cdot k_t)\big)",
     code="relpos_core.schemes.cope.cope_logits", injects="vector on the logit",

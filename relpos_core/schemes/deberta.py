@@ -268,6 +268,6 @@ SCHEME = Scheme(
     benchmark_module="relpos_core.oracles.deberta.benchmark_module",
     variants=(Variant("deberta_emd", "DeBERTa + EMD", dict(emd=True),
                       "DeBERTa with the Enhanced Mask Decoder's absolute positions at the output", model_only=True,
-                      short="DeBERTa+EMD", color="#b8255f", language_tasks=False),),
+                      short="DeBERTa+EMD", color="#992255", language_tasks=False),),
     lab=Lab(("marker", "retrieval"), book=True),
 )

@@ -163,7 +163,7 @@ class FirePosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="fire", color="#aa4499", display="FIRE", paper="Li et al. 2024", cite="li2024fire", chapter=None,
+    name="fire", color="#bb3399", display="FIRE", paper="Li et al. 2024", cite="li2024fire", chapter=None,
     convention="query_minus_key",
     formula=r"f_\theta\big(\psi(\lvert i - j \rvert) / \psi(\max(L, i))\big)",
     code="relpos_core.schemes.fire.fire_bias", injects="scalar on the logit",

@@ -125,7 +125,7 @@ SCHEME = Scheme(
     summary="a learned logarithmic kernel of the distance per head",
     example=example, options=KerpleOptions, module=KerplePosition, order=80,
     variants=(Variant("kerple_power", "Kerple (power)", dict(kernel="power"),
-                      "a learned power kernel of the distance per head", short="Kerple power", color="#5fb38f",
+                      "a learned power kernel of the distance per head", short="Kerple power", color="#88bb77",
                       lab=Lab(())),),
     lab=Lab(("retrieval_gap",)),
 )

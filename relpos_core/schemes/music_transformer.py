@@ -117,7 +117,7 @@ def example(num_heads: int, head_dim: int, options, *, device=None, dtype=torch.
 
 
 SCHEME = Scheme(
-    name="music_transformer", color="#b5462a", short="Music T.", display="Music Transformer", paper="Huang et al. 2018", cite="huang2018music",
+    name="music_transformer", color="#aa3322", short="Music T.", display="Music Transformer", paper="Huang et al. 2018", cite="huang2018music",
     chapter="02_shaw_and_skew", convention="key_minus_query", formula=r"E_r[(j - i) + (L - 1)]",
     code="relpos_core.schemes.music_transformer.relative_logits_gather", injects="vector on the logit",
     summary="one learned vector per distance, computed with the skew",

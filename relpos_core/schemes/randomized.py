@@ -114,7 +114,7 @@ class RandomizedPosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="randomized", color="#7b61ff", short="rand. RoPE", display="randomised RoPE", paper="Ruoss et al. 2023", cite="ruoss2023randomized",
+    name="randomized", color="#7766ff", short="rand. RoPE", display="randomised RoPE", paper="Ruoss et al. 2023", cite="ruoss2023randomized",
     chapter="10_experiments", convention="key_minus_query",
     formula=r"q_i^\top R\big((p_j - p_i)\,\theta\big)\, k_j,\ p \text{ sorted, drawn from } [0, L)",
     code="relpos_core.schemes.randomized.random_sorted_positions", injects="rotation of q and k",

@@ -83,7 +83,7 @@ class SandwichPosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="sandwich", color="#882255", short="Sandwich", display="Sandwich", paper="Chi et al. 2023",
+    name="sandwich", color="#885577", short="Sandwich", display="Sandwich", paper="Chi et al. 2023",
     cite="chi2023sandwich", chapter=None, convention="query_minus_key",
     formula=r"\tfrac{H}{8h}\big(\textstyle\sum_{k} \cos((i - j)\,\omega_k) - \tfrac{d'}{2}\big)",
     code="relpos_core.schemes.sandwich.sandwich_bias", injects="scalar on the logit",

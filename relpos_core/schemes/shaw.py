@@ -317,7 +317,7 @@ SCHEME = Scheme(
     distance=Distance("max_relative_position", "offsets beyond k share the end rows", small=4, medium=16, large=64),
     example=example, options=ShawOptions, module=ShawPosition, order=20,
     variants=(Variant("shaw_key", "Shaw (key only)", dict(value=False),
-                      "learned vectors per clipped offset, on the keys only", short="Shaw key", color="#e8875a",
+                      "learned vectors per clipped offset, on the keys only", short="Shaw key", color="#dd8855",
                       lab=Lab(("marker", "retrieval_gap"))),),
     lab=Lab(("marker", "retrieval_gap"), book=True),
 )

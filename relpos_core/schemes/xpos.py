@@ -82,7 +82,7 @@ class XPosPosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="xpos", color="#6b8fd6", display="xPos", paper="Sun et al. 2023", cite="sun2023xpos", chapter=None,
+    name="xpos", color="#6699ff", display="xPos", paper="Sun et al. 2023", cite="sun2023xpos", chapter=None,
     convention="key_minus_query", formula=r"q_i^\top R\big((j - i)\,\theta\big)\, \zeta^{-(j - i)/B}\, k_j",
     code="relpos_core.schemes.xpos.position_term", injects="rotation of q and k",
     summary="RoPE whose scores decay exponentially with the distance", causal_only=True,
