@@ -77,6 +77,9 @@ def shared_bytes(scheme: str, *, num_layers: int, num_heads: int, head_dim: int,
     return one + (num_layers - 1) * (_state_bytes(scheme, 2, num_heads, head_dim, context, dtype) - one)
 
 
+KEPT_POSITION = "kept position (int64)"
+
+
 def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, dtype) -> dict[str, list[float]]:
     """Bytes of position state per cached token of one sequence, at each context length.
 
@@ -93,7 +96,7 @@ def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, 
                                   context=c, dtype=dtype) / c for c in contexts]
         if any(per_token):
             out[label(scheme)] = per_token
-    out["kept position (int64)"] = [float(POSITION_BYTES) for _ in contexts]
+    out[KEPT_POSITION] = [float(POSITION_BYTES) for _ in contexts]
     return out
 
 
@@ -103,10 +106,15 @@ def position_bytes_figure(series: dict, contexts, *, y_range: tuple[float, float
 
     from relpos_core.figures.lines import line, log_ticks
 
+    series = dict(series)
+    kept = series.pop(KEPT_POSITION, None)  # the same for every scheme: a reference line, not a legend entry
     dashes = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
     styles = {name: dict(line=dict(dash=dashes[i % len(dashes)])) for i, name in enumerate(series)}
     fig = line(contexts, series, x_label="context length (tokens)", y_label="bytes per cached token",
                log_x=True, log_y=True, height=height, styles=styles)
+    if kept is not None:
+        fig.add_hline(y=kept[0], line=dict(color="#888888", dash="dot", width=1),
+                      annotation_text=KEPT_POSITION, annotation_position="bottom right")
     fig.update_yaxes(range=[math.log10(y_range[0]), math.log10(y_range[1])], exponentformat="power",
                      **log_ticks(*y_range))
     fig.update_xaxes(tickvals=list(contexts), ticktext=[_short(c) for c in contexts])
