@@ -26,7 +26,8 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["Output", "protected_folders", "default_path", "RESULTS_FOLDER"]
+__all__ = ["Output", "protected_folders", "default_path", "RESULTS_FOLDER", "read_partial", "read_unfinished",
+           "terminate_as_interrupt"]
 
 RESULTS_FOLDER = "relpos-results"
 
@@ -211,3 +212,24 @@ def read_partial(path) -> tuple[dict | None, list[dict]]:
         elif "row" in item:
             rows.append(item["row"])
     return head, rows
+
+
+def terminate_as_interrupt(signum, frame):
+    """A SIGTERM handler: ``kill <pid>`` ends a command as Ctrl-C does, so it keeps its finished rows."""
+    raise KeyboardInterrupt
+
+
+def read_unfinished(output: Output, head_of) -> tuple[dict, list[dict]]:
+    """(head, finished rows) of an interrupted run, for ``--resume``: its partial file, or its
+    results file marked ``"complete": false`` (what Ctrl-C writes), whose head ``head_of(provenance)``
+    rebuilds. A finished run, or no file at all, is an error naming the path."""
+    if output.partial.is_file():
+        head, rows = read_partial(output.partial)
+        return head or {}, rows
+    if output.path.is_file():
+        old = json.loads(output.path.read_text())
+        if old.get("complete") is not False:
+            raise ValueError(f"--resume: {output.path} is a finished run (complete: {old.get('complete')}): "
+                             f"nothing to continue")
+        return head_of(old["provenance"]), old["runs"]
+    raise ValueError(f"--resume: neither {output.partial} nor {output.path} is there to continue")

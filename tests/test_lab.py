@@ -623,7 +623,8 @@ def test_cli_never_writes_into_the_package_by_default(tmp_path, monkeypatch):
     assert rp.outputs.PACKAGE in protected_folders()
 
 
-def test_ctrl_c_keeps_the_finished_runs_and_resume_finishes_them(tmp_path, monkeypatch):
+def _tiny_run_interrupted_at_the_third_run(tmp_path, monkeypatch):
+    """A two-run tiny preset whose third training raises KeyboardInterrupt: (preset, out, argv, real train_run)."""
     calls = []
     real = lab.train.train_run
 
@@ -639,6 +640,11 @@ def test_ctrl_c_keeps_the_finished_runs_and_resume_finishes_them(tmp_path, monke
     monkeypatch.setattr(lab.train, "train_run", train_then_interrupt)
     out = tmp_path / "lab.json"
     argv = ["--preset", "tiny", "--out", str(out), "--no-progress", "--workers", "1", "--no-plots"]
+    return small, out, argv, real
+
+
+def test_ctrl_c_keeps_the_finished_runs_and_resume_finishes_them(tmp_path, monkeypatch):
+    small, out, argv, real = _tiny_run_interrupted_at_the_third_run(tmp_path, monkeypatch)
     with pytest.raises(SystemExit) as exc:
         lab_main(argv)
     assert exc.value.code == 130
@@ -670,21 +676,7 @@ def test_resume_never_loses_the_partial_file_and_drops_a_torn_line_saying_so(tmp
     """An interrupt or write error while --resume starts (before: the partial file was truncated and
     re-appended before the Ctrl-C handling was armed: 1 of 4 runs left, no results file); a torn
     last line (the process killed mid-write) is dropped with a warning naming the file."""
-    calls = []
-    real = lab.train.train_run
-
-    def train_then_interrupt(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    tiny = get_preset("tiny")
-    small = replace(tiny, runs=tiny.runs[:2])
-    monkeypatch.setitem(lab.presets.PRESETS, "tiny", small)
-    monkeypatch.setattr(lab.train, "train_run", train_then_interrupt)
-    out = tmp_path / "lab.json"
-    argv = ["--preset", "tiny", "--out", str(out), "--no-progress", "--workers", "1", "--no-plots"]
+    small, out, argv, real = _tiny_run_interrupted_at_the_third_run(tmp_path, monkeypatch)
     with pytest.raises(SystemExit):
         lab_main(argv)
     monkeypatch.setattr(lab.train, "train_run", real)

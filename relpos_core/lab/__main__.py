@@ -13,7 +13,6 @@ in ``<out>.partial.jsonl`` at once, and Ctrl-C writes the finished runs, marked
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import signal
@@ -21,7 +20,7 @@ import sys
 import time
 
 from ..cli import integer_in
-from ..outputs import Output, read_partial
+from ..outputs import Output, read_partial, read_unfinished, terminate_as_interrupt
 from ..provenance import load_average
 from .presets import PRESETS, get_preset
 
@@ -39,26 +38,10 @@ def _learning_rate(text: str) -> float:
     return value
 
 
-def _terminate_as_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _unfinished(output: Output) -> tuple[dict, list[dict]]:
-    """(head, finished runs) of an interrupted run: its partial file, or its results file marked
-    ``"complete": false`` (what Ctrl-C writes)."""
-    if output.partial.is_file():
-        head, rows = read_partial(output.partial)
-        return head or {}, rows
-    if output.path.is_file():
-        old = json.loads(output.path.read_text())
-        if old.get("complete") is not False:
-            raise ValueError(f"--resume: {output.path} is a finished run (complete: {old.get('complete')}): "
-                             f"nothing to continue")
-        p = old["provenance"]
-        head = dict(preset=p["preset"], seeds=p["seeds"], lrs=p["lrs"], git_commit=p["git_commit"],
-                    load_start=p.get("load_average_start"))
-        return head, old["runs"]
-    raise ValueError(f"--resume: neither {output.partial} nor {output.path} is there to continue")
+def _head_of(p: dict) -> dict:
+    """The partial file's head, rebuilt from an interrupted results file's provenance."""
+    return dict(preset=p["preset"], seeds=p["seeds"], lrs=p["lrs"], git_commit=p["git_commit"],
+                load_start=p.get("load_average_start"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,7 +93,7 @@ def main(argv=None) -> dict:
     if args.resume:  # the partial file must be there: read it, then check the output allowing it
         output = Output.from_argument(args.out, tool=tool, force=True)
         try:
-            head, done = _unfinished(output)
+            head, done = read_unfinished(output, _head_of)
             if head.get("preset") != args.preset:
                 raise ValueError(f"--resume: {output.partial} is a run of preset "
                                  f"{head.get('preset')!r}, not {args.preset!r}")
@@ -154,7 +137,7 @@ def main(argv=None) -> dict:
         return res
 
     # armed before the partial file is touched: an interrupt from here on writes what finished
-    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)  # kill <pid>: the same as Ctrl-C
+    previous = signal.signal(signal.SIGTERM, terminate_as_interrupt)  # kill <pid>: the same as Ctrl-C
     try:
         if args.resume:  # rewritten beside the old one and renamed: the old stays whole until then
             output.restart(new_head, done)

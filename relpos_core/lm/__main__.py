@@ -14,7 +14,6 @@ extension stage starts from are kept beside the output (``<out stem>-models/``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import signal
@@ -22,30 +21,15 @@ import sys
 import time
 
 from ..cli import integer_in
-from ..outputs import Output, read_partial
+from ..outputs import Output, read_partial, read_unfinished, terminate_as_interrupt
 from ..provenance import git_commit, load_average
 from .presets import PRESETS, get_preset
 
 
-def _terminate_as_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _unfinished(output: Output) -> tuple[dict, list[dict]]:
-    """(head, finished runs) of an interrupted run: its partial file, or its results file marked
-    ``"complete": false`` (what Ctrl-C writes)."""
-    if output.partial.is_file():
-        head, rows = read_partial(output.partial)
-        return head or {}, rows
-    if output.path.is_file():
-        old = json.loads(output.path.read_text())
-        if old.get("complete") is not False:
-            raise ValueError(f"{output.path} is a finished run (complete: {old.get('complete')}): nothing to continue")
-        p = old["provenance"]
-        head = dict(preset=p["preset"], command=p["command"], git_commit=p["git_commit"],
-                    load_start=p.get("load_average_start"), resumed_at_commits=p.get("resumed_at_commits", []))
-        return head, old["runs"]
-    raise ValueError(f"neither {output.partial} nor {output.path} is there to continue")
+def _head_of(p: dict) -> dict:
+    """The partial file's head, rebuilt from an interrupted results file's provenance."""
+    return dict(preset=p["preset"], command=p["command"], git_commit=p["git_commit"],
+                load_start=p.get("load_average_start"), resumed_at_commits=p.get("resumed_at_commits", []))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,7 +65,7 @@ def main(argv=None) -> dict:
     if args.resume:
         output = Output.from_argument(args.out, tool=tool, force=True)
         try:
-            head, done = _unfinished(output)
+            head, done = read_unfinished(output, _head_of)
         except ValueError as err:
             ap.error(f"argument --resume: {err}")
         if head.get("preset") != args.preset:
@@ -136,7 +120,7 @@ def main(argv=None) -> dict:
         print(f"  done {record_id(record)} in {record['wall_s']:.0f} s "
               f"({len(read_partial(output.partial)[1])} of {len(jobs)})", flush=True)
 
-    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    previous = signal.signal(signal.SIGTERM, terminate_as_interrupt)
     try:
         new = run_jobs(preset, todo, corpus, workers=args.workers, threads_per_run=args.threads,
                        models_dir=models_dir, on_record=on_record, corpus_kwargs=corpus_kwargs)

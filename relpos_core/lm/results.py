@@ -111,28 +111,25 @@ def _interval(vals) -> dict | None:
     return t_interval(vals) if vals else None
 
 
-def bpb_table(results: dict, *, sliding: bool = False) -> list[dict]:
-    """One row per scheme: {scheme, n, "<L>": t interval of the bits per byte across seeds}."""
-    lengths = results["preset"]["eval_lengths"]
+def _scheme_rows(results: dict, values_at) -> list[dict]:
+    """One row per scheme with base runs: {scheme, n, "<L>": t interval of ``values_at(recs, L)``}."""
     rows = []
     for scheme in results["preset"]["schemes"]:
         recs = base_runs(results, scheme)
         if recs:
             rows.append({"scheme": scheme, "n": len(recs),
-                         **{str(L): _interval(bpb_values(recs, L, sliding=sliding)) for L in lengths}})
+                         **{str(L): _interval(values_at(recs, L)) for L in results["preset"]["eval_lengths"]}})
     return rows
+
+
+def bpb_table(results: dict, *, sliding: bool = False) -> list[dict]:
+    """One row per scheme: {scheme, n, "<L>": t interval of the bits per byte across seeds}."""
+    return _scheme_rows(results, lambda recs, L: bpb_values(recs, L, sliding=sliding))
 
 
 def passkey_table(results: dict, *, depths=None, what: str = "digit") -> list[dict]:
-    lengths = results["preset"]["eval_lengths"]
-    rows = []
-    for scheme in results["preset"]["schemes"]:
-        recs = base_runs(results, scheme)
-        if recs:
-            rows.append({"scheme": scheme, "n": len(recs),
-                         **{str(L): _interval([passkey_accuracy(r, L, depths=depths, what=what) for r in recs])
-                            for L in lengths}})
-    return rows
+    """One row per scheme: {scheme, n, "<L>": t interval of the passkey accuracy across seeds}."""
+    return _scheme_rows(results, lambda recs, L: [passkey_accuracy(r, L, depths=depths, what=what) for r in recs])
 
 
 def extension_table(results: dict, *, stage: str, what: str = "bpb", depths=None) -> list[dict]:
