@@ -127,6 +127,15 @@ def bpb_table(results: dict, *, sliding: bool = False) -> list[dict]:
     return _scheme_rows(results, lambda recs, L: bpb_values(recs, L, sliding=sliding))
 
 
+def paired_change(results: dict, scheme: str, length: int, *, sliding: bool = False) -> dict:
+    """Bits per byte at ``length`` minus at the training length, run by run (paired per seed):
+    the t interval of those differences over the scheme's base runs."""
+    recs = base_runs(results, scheme)
+    first = results["preset"]["eval_lengths"][0]
+    pairs = zip(bpb_values(recs, length, sliding=sliding), bpb_values(recs, first, sliding=sliding))
+    return t_interval([a - b for a, b in pairs])
+
+
 def passkey_table(results: dict, *, depths=None, what: str = "digit") -> list[dict]:
     """One row per scheme: {scheme, n, "<L>": t interval of the passkey accuracy across seeds}."""
     return _scheme_rows(results, lambda recs, L: [passkey_accuracy(r, L, depths=depths, what=what) for r in recs])
