@@ -583,3 +583,19 @@ def test_out_naming_a_folder_is_refused_by_every_command_line(tmp_path, monkeypa
         with pytest.raises(SystemExit) as exc:
             run()
         assert exc.value.code == 2 and "names a folder" in capsys.readouterr().err
+
+
+def test_the_position_bytes_figure_labels_its_kept_position_line_inside_the_plot():
+    """The int64 kept position is a labelled reference line, not a legend entry; on the log axis the
+    label's y is the exponent (at y = 8 it was drawn at 10^8, off the plot)."""
+    import math
+
+    contexts = [16, 256, 4096]
+    series = rp.decoding.plots.position_bytes(contexts, num_layers=2, num_heads=4, head_dim=16,
+                                              dtype=torch.float16)
+    fig = rp.decoding.plots.position_bytes_figure(series, contexts, y_range=(1e-3, 1e5))
+    kept = rp.decoding.plots.KEPT_POSITION
+    assert kept not in {t.name for t in fig.data}
+    (shape,), (note,) = fig.layout.shapes, fig.layout.annotations
+    assert shape.y0 == series[kept][0] and note.text == kept
+    assert math.log10(1e-3) < note.y < math.log10(1e5) and 10 ** note.y == pytest.approx(shape.y0)
