@@ -116,7 +116,8 @@ def position_bytes_figure(series: dict, contexts, *, y_range: tuple[float, float
         fig.add_hline(y=kept[0], line=dict(color="#888888", dash="dot", width=1))
         # on a log axis an annotation's y is the exponent (a shape's is the value)
         fig.add_annotation(text=KEPT_POSITION, x=1, xref="x domain", xanchor="right", y=math.log10(kept[0]),
-                           yref="y", yanchor="top", showarrow=False, font=dict(size=11, color="#888888"))
+                           yref="y", yanchor="top", showarrow=False, font=dict(size=11, color="#555555"),
+                           bgcolor="rgba(255, 255, 255, 0.85)")  # legible where lines cross it
     fig.update_yaxes(range=[math.log10(y_range[0]), math.log10(y_range[1])], exponentformat="power",
                      **log_ticks(*y_range))
     fig.update_xaxes(tickvals=list(contexts), ticktext=[_short(c) for c in contexts])
