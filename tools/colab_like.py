@@ -175,6 +175,11 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--python-path", default=None, help="a folder put first on the kernel's path")
     parser.add_argument("--cell-timeout", type=int, default=300, help="seconds per cell (default 300)")
+    # A kernel's start runs the start-up check above, which imports relpos_core and torch: on a
+    # loaded 2-core machine with a cold disk it took over nbval's default 60 s once (every cell of
+    # that page then failed at set-up), so the start gets its own, longer limit.
+    parser.add_argument("--startup-timeout", type=int, default=300,
+                        help="seconds for a kernel to start (default 300)")
     args = parser.parse_args(argv)
     notebooks = [Path(p).resolve() for p in args.notebooks] or [ROOT / "intro.ipynb",
                                                                  *sorted((ROOT / "chapters").glob("*.ipynb"))]
@@ -211,7 +216,8 @@ def main(argv=None) -> int:
         print(f"colab-like: {wheel.name} in {site}; {len(notebooks)} notebook(s), each alone in a folder "
               f"under {run}", flush=True)
         command = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval-lax",
-                   "--nbval-current-env", f"--nbval-cell-timeout={args.cell_timeout}", "-n", args.workers,
+                   "--nbval-current-env", f"--nbval-cell-timeout={args.cell_timeout}",
+                   f"--nbval-kernel-startup-timeout={args.startup_timeout}", "-n", args.workers,
                    "--dist", "loadfile", "--durations=5", "--rootdir", str(run), str(run)]
         status = subprocess.run(command, cwd=run, env=env).returncode
         kernels = [json.loads(p.read_text()) for p in sorted(log.glob("kernel-*.json"))]

@@ -11,6 +11,8 @@ Book: "Experiments" (chapters/10_experiments.ipynb), the language-model lab.
   left out for time, see below), three seeds, evaluated at 1x-16x the training length, then the context-extension stage
   on the RoPE models (zero-shot on every seed, fine-tuned on seed 0: the machine was shared
   and time was short).
+* ``full_lr1e-3``: the full run at a second learning rate (Adam 1e-3), without the extension
+  stage (``relpos_core/data/lm-full-lr1e-3.json``).
 
 The full run's sizes (chosen by measuring step times here first, then shrunk when the shared
 machine gave each worker about a third of a core): d_model 64, 2 layers, 4 heads, d_mlp 256
@@ -171,6 +173,12 @@ PRESETS = {
                     steps=300, eval_lengths=(128, 256, 512), segments=4, sliding_segments=2, probe_rows=12,
                     extensions=tuple(e for e in EXTENSIONS if e.name in ("rope", "linear", "yarn")),
                     extension_seeds=(0,), finetune_seeds=(0,), finetune_steps=40, finetune_batch=8),
+    # The full run's models and budget at a second learning rate (a third of the full run's), no
+    # extension stage: a finding of the full run is stated only where it holds at both rates.
+    "full_lr1e-3": replace(_FULL, name="full_lr1e-3",
+                           description="the full run's schemes, seeds, model and budget at Adam 1e-3 instead of "
+                                       "3e-3 (no extension stage): the second learning rate of the full run's findings",
+                           lr=1e-3, extensions=(), extension_seeds=(), finetune_seeds=(), finetune_steps=0),
     "tiny": replace(_FULL, name="tiny", description="pipeline check: three schemes, a few steps (seconds)",
                     model=dict(d_model=16, num_layers=1, num_heads=2, d_mlp=32),
                     schemes=tuple(s for s in ("none", "learned", "rope") if s in DECODABLE), seeds=(0,),
