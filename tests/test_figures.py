@@ -370,7 +370,8 @@ def test_every_registry_scheme_has_one_colour_and_a_readable_name():
         assert style.scheme_color(name).startswith("#") and len(style.scheme_color(name)) == 7
         assert style.scheme_label(name) and "_" not in style.scheme_label(name)
     assert style.scheme_label("rope") == "RoPE" and style.scheme_label("t5") == "T5 buckets"
-    assert style.scheme_color("shaw_kv") == style.scheme_color("shaw")  # the lab's spelling
+    with pytest.raises(ValueError, match="registry name"):  # no spelling but the declared names
+        style.scheme_color("txl")
     assert set(style.known_schemes()) == set(rp.schemes.names())  # the declarations, nothing else
     assert all(style.scheme_color(s) == rp.schemes.lookup(s).color for s in style.known_schemes())
     with pytest.raises(ValueError, match="name"):

@@ -169,6 +169,31 @@ def test_presets_come_from_the_declarations_and_reach_512_tokens():
     assert len(tiny.runs) <= 12 and {r.task for r in tiny.runs} == set(full.tasks)
 
 
+def test_a_declared_experiment_run_joins_the_presets_and_the_experiment(monkeypatch):
+    """A scheme that declares a run for an experiment (``Lab.runs``) gets it in the full,
+    book and tiny presets and in that experiment's ids, with no edit to the lab."""
+    from relpos_core.schemes.declaration import LabRun
+
+    P = lab.presets
+    name = next(n for n in P.MAIN_SCHEMES if "marker" in rp.schemes.lookup(n).lab.tasks
+                and not rp.schemes.lookup(n).lab.runs and rp.schemes.lookup(n).lab.book)
+    entry = rp.schemes.lookup(name)
+    extra = LabRun("clipping", "marker", "1layer", model=dict(num_layers=1), tiny=True)
+    lab_ = replace(entry.lab, runs=(LabRun("clipping", "marker"), extra), tiny=("marker",))
+    scheme = replace(entry.scheme, lab=lab_)
+    monkeypatch.setitem(rp.schemes._ENTRIES, name, replace(entry, scheme=scheme))
+    runs = P._runs()
+    spec = next(r for r in runs if r.run_id == f"marker/{name}-1layer")
+    assert spec.scheme == name and spec.model == {"num_layers": 1}
+    assert {f"marker/{name}", f"marker/{name}-1layer"} <= set(P._experiments(runs)["clipping"])
+    assert f"marker/{name}-1layer" in {r.run_id for r in P._runs(P._BOOK_POOL)}
+    assert {f"marker/{name}", f"marker/{name}-1layer"} <= P._tiny_ids()
+    assert name in lab.figures.clipping_families()
+    monkeypatch.undo()  # the committed declarations: the presets as committed
+    assert f"marker/{name}-1layer" not in {r.run_id for r in P._runs()}
+    assert name not in lab.figures.clipping_families()
+
+
 # ----------------------------------------------------------------------------- models
 
 

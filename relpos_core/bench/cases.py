@@ -82,12 +82,13 @@ def build_cases(preset: dict, *, include_modules: bool | None = None) -> list[Ca
     """Every case of a preset, from ``registry.paths()`` and the declarations."""
     cases = []
     largest = (max(preset["lengths"]),)
+    base = schemes.baseline()  # no position at all (``has_positions=False``)
     for path in registry.paths():
         causal = path.causal == "required"
         skip = True if (path.backend == "flex" and causal) else None
         cases.append(Case(path.scheme, path.form, path.backend, causal=causal, block_skipping=skip))
-        if path.scheme == "none":  # the causal baselines (decoder-only paths and block skipping divide by them)
-            cases.append(Case("none", path.form, path.backend, causal=True,
+        if path.scheme == base:  # the causal baselines (decoder-only paths and block skipping divide by them)
+            cases.append(Case(base, path.form, path.backend, causal=True,
                               block_skipping=True if path.backend == "flex" else None))
     for scheme, form in preset.get("block_skip_cases", ()):
         if Case(scheme, form, "flex", causal=True, block_skipping=True) not in cases:
@@ -96,7 +97,7 @@ def build_cases(preset: dict, *, include_modules: bool | None = None) -> list[Ca
         cases.append(Case(scheme, form, "flex", causal=True, block_skipping=False, lengths=largest,
                           note="causal masked inside the score_mod: every tile computed"))
     for scheme in preset.get("train_schemes", ()):
-        for path in registry.paths(scheme) + registry.paths("none"):
+        for path in registry.paths(scheme) + registry.paths(base):
             if path.form in preset.get("train_forms", ("gather", "none")):
                 note = "forward + backward into q, k, v and the scheme's tables"
                 if path.backend == "flex":

@@ -9,13 +9,16 @@ Book: "What it costs" (chapters/08_what_it_costs.ipynb).
 * ``gpu`` (``--gpu``): L up to 16384, B=1, H=16, d=64, bf16, CUDA events.
 
 A preset has a ``size`` ("small", "medium", "large"): each scheme's declaration says what
-value of its distance parameter a preset of that size uses (``Distance.for_preset``), so
-no preset lists schemes.
+value of its distance parameter a preset of that size uses (``Distance.for_preset``), and
+which presets time its training step or FlexAttention's block skipping on it
+(``Bench``), so no preset lists schemes.
 """
 from __future__ import annotations
 
 import json
 
+from relpos_core import schemes
+from relpos_core.attend import choose_form
 from relpos_core.budget import MAX_BUDGET
 
 __all__ = ["SCHEMA", "MAX_LENGTH", "PRESETS", "FLEX_FALLBACK_OPTIONS", "resolve_preset"]
@@ -23,23 +26,37 @@ __all__ = ["SCHEMA", "MAX_LENGTH", "PRESETS", "FLEX_FALLBACK_OPTIONS", "resolve_
 SCHEMA = "relpos-bench/3"
 MAX_LENGTH = 32768  # twice the GPU preset's largest L
 
+
+
+def _train_schemes(size: str) -> list[str]:
+    """The schemes whose declarations time their training step at ``size`` (``Bench.train``)."""
+    return [s.name for s in schemes.SCHEMES.values() if size in s.bench.train]
+
+
+def _block_skip_cases(size: str) -> list[tuple[str, str]]:
+    """(scheme, its default form) for each declaration timing block skipping at ``size``."""
+    terms = {s.name: schemes.lookup(s.name).example(2, 8, device="meta")
+             for s in schemes.SCHEMES.values() if size in s.bench.block_skip}
+    return [(name, "none" if term is None else choose_form(term, None)) for name, term in terms.items()]
+
+
 PRESETS = {
     "quick": dict(size="small", B=1, H=2, d=8, lengths=[16, 32], dtype="float32", budget=64 * 2**20,
                   compiled=False, threads=1, clock="cpu", repeats=3, min_burst_ms=0.3, retries=1,
                   spread_threshold=0.5, monotonic_retries=0,
                   # FlexAttention's eager reference still traces each score_mod with dynamo (~1-3 s):
                   # one flex row (no bias), at the largest length only
-                  flex_only=[["none", "none", False]], flex_lengths=[32],
-                  block_skip_cases=[], train_schemes=["t5"], modules=False),
+                  flex_only=[[schemes.baseline(), "none", False]], flex_lengths=[32],
+                  block_skip_cases=_block_skip_cases("small"), train_schemes=_train_schemes("small"), modules=False),
     "cpu": dict(size="medium", B=1, H=4, d=32, lengths=[128, 256, 512, 1024], dtype="float32", budget=2**30,
                 compiled=True, threads=1, clock="cpu", repeats=5, min_burst_ms=20.0, retries=2,
                 spread_threshold=0.20, monotonic_retries=2,
-                block_skip_cases=[("none", "none"), ("alibi", "gather")], train_schemes=["t5"], modules=True),
+                block_skip_cases=_block_skip_cases("medium"), train_schemes=_train_schemes("medium"), modules=True),
     "gpu": dict(size="large", B=1, H=16, d=64, lengths=[1024, 2048, 4096, 8192, 16384], dtype="bfloat16",
                 budget=40 * 2**30, compiled=True, threads=None, clock="cuda", repeats=5, min_burst_ms=5.0,
                 retries=2, spread_threshold=0.10, monotonic_retries=2,
-                block_skip_cases=[("none", "none"), ("alibi", "gather"), ("t5", "gather")],
-                train_schemes=["t5"], train_lengths=[1024, 2048, 4096], modules=True,
+                block_skip_cases=_block_skip_cases("large"),
+                train_schemes=_train_schemes("large"), train_lengths=[1024, 2048, 4096], modules=True,
                 module_lengths=[1024, 2048, 4096]),
 }
 # Flex kernel options to try, in order, when a compiled kernel runs out of GPU shared memory

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
+from relpos_core import schemes
+
 __all__ = [
     "quantile",
     "summarize",
@@ -139,6 +141,7 @@ def add_ratios(rows: list[dict]) -> None:
     (Hugging Face and relpos_core on the same module) are compared with the Hugging Face
     row of their scheme instead (``x_hf``).
     """
+    baseline = schemes.baseline()  # no position at all: the "no bias" rows every ratio divides by
     by_key = {}
     for r in rows:
         by_key[(r["scheme"], r["form"], r["backend"], r["mode"], r["causal"], r.get("block_skipping"), r["L"])] = r
@@ -165,7 +168,7 @@ def add_ratios(rows: list[dict]) -> None:
             continue
         for name, backend in (("x_sdpa0", "sdpa"), ("x_flex0", "flex")):
             skip = True if backend == "flex" and r["causal"] else None
-            base = by_key.get(("none", "none", backend, r["mode"], r["causal"], skip, r["L"]))
+            base = by_key.get((baseline, "none", backend, r["mode"], r["causal"], skip, r["L"]))
             r[name], r[name + "_iqr"] = _ratio(r, base)
             if base is not None and base.get("noisy") and r[name] is not None:
                 notes.append(f"{name}: the no-bias {backend} row it divides by is noisy")

@@ -38,6 +38,7 @@ from typing import Callable
 
 import torch
 
+from relpos_core import schemes
 from relpos_core._validate import check_choice, check_positive_int
 from relpos_core.bench import stats as bench_stats
 from relpos_core.budget import MemoryBudgetError
@@ -64,7 +65,7 @@ PRESETS = {
                  contexts=[16], dtype="float32", rounds=2, min_burst_ms=0.2, threads=1),
 }
 MAX_CONTEXT = 2**17  # beyond the GPU preset's longest context 8 times over
-BASELINE = ("none", None, "none", "sdpa")  # the ratios' denominator: no position term, SDPA
+BASELINE = (schemes.baseline(), None, "none", "sdpa")  # the ratios' denominator: no position term, SDPA
 # The CPU presets run on one thread: a decode step of these sizes is many small operations,
 # where a second thread on a machine shared with other processes costs more (waiting at
 # each parallel region) than it gives. ``--threads`` overrides it.

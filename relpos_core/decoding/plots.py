@@ -174,7 +174,9 @@ def throughput_baseline(result: dict) -> tuple[str, str | None, str, str]:
     from relpos_core.decoding.bench import BASELINE
 
     ok = {(r["scheme"], r["layout"], r["form"], r["backend"]) for r in result["results"] if r["status"] == "ok"}
-    for base in (BASELINE, ("absolute", None, "none", "sdpa")):
+    from relpos_core import schemes
+
+    for base in (BASELINE, (schemes.tokens_baseline(), None, "none", "sdpa")):
         if base in ok:
             return base
     raise ValueError("result must contain a timed step of no position (or absolute positions) on SDPA, the "

@@ -33,6 +33,22 @@ __all__ = ["read_result", "path_style", "scheme_figure", "scheme_slider", "expon
 # kernel form of a path (how the position term is computed) is its dash, the backend its
 # marker, the same in every figure of the costs chapter; in a figure of markers only
 # (the exponents) the form is the marker's shape
+BASE = schemes.baseline()  # the no-position scheme: the ratios' denominator, not drawn as a scheme
+
+
+def _causal_label(scheme: str, causal: bool) -> str:
+    """", causal" for a causal row of a scheme that also runs bidirectionally (a decoder-only
+    scheme's rows are all causal: ``Scheme.causal_only``)."""
+    only = scheme in schemes.names() and schemes.lookup(scheme).scheme.causal_only
+    return ", causal" if causal and not only else ""
+
+
+def _follows_length(scheme: str) -> bool:
+    """Whether the scheme's distance parameter is the sequence length (``Distance.follows_length``)."""
+    distance = schemes.lookup(scheme).scheme.distance
+    return distance is not None and distance.follows_length
+
+
 FORM_DASH = {"none": "longdashdot", "naive": "dot", "gather": "dash", "skew": "solid", "hf": "dashdot"}
 FORM_SYMBOL = {"none": "x", "naive": "square", "gather": "triangle-up", "skew": "circle", "hf": "star"}
 BACKEND_SYMBOL = {"eager": "square", "sdpa": "circle", "flex": "diamond", "transformers": "star"}
@@ -87,7 +103,7 @@ def _curves(result: dict, scheme: str, mode: str) -> dict[tuple, list[dict]]:
     for r in result["rows"]:
         if r["scheme"] != scheme or r["mode"] != mode or r["status"] != "ok" or r.get("block_skipping") is False:
             continue
-        if r["scheme"] == "none" and r["causal"] and mode == "forward":
+        if r["scheme"] == BASE and r["causal"] and mode == "forward":
             continue  # the causal baselines are used for ratios, not drawn
         curves.setdefault((r["form"], r["backend"], r["causal"]), []).append(r)
     return {k: sorted(v, key=lambda r: r["L"]) for k, v in sorted(curves.items())}
@@ -147,8 +163,7 @@ def scheme_figure(result: dict, scheme: str, *, mode: str = "forward", traces_pe
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.05)
     for (form, backend, causal), rows in curves.items():
         name = "Hugging Face module" if backend == "transformers" else f"{form}/{backend}"
-        if causal and scheme != "transformer_xl":
-            name += ", causal"
+        name += _causal_label(scheme, causal)
         t_fit, m_fit = _fit(result, rows[0], "time"), _fit(result, rows[0], "peak_bytes")
         fitted = ""
         if t_fit and m_fit:
@@ -205,7 +220,7 @@ def scheme_slider(result: dict, schemes=None, *, mode: str = "forward", height: 
     for r in result["rows"]:
         if r["mode"] == mode and r["status"] == "ok" and r["scheme"] not in present:
             present.append(r["scheme"])
-    schemes = list(schemes) if schemes is not None else [s for s in present if s != "none"]
+    schemes = list(schemes) if schemes is not None else [s for s in present if s != BASE]
     missing = [s for s in schemes if s not in present]
     if missing:
         raise ValueError(f"schemes {missing} have no ok rows in mode {mode!r}; present: {present}")
@@ -218,13 +233,12 @@ def scheme_slider(result: dict, schemes=None, *, mode: str = "forward", height: 
 
 
 def _label(scheme: str, form: str, backend: str, causal: bool) -> str:
-    return f"{DISPLAY.get(scheme, scheme)} {form}/{backend}" + (", causal" if causal and scheme != "transformer_xl"
-                                                               else "")
+    return f"{DISPLAY.get(scheme, scheme)} {form}/{backend}" + _causal_label(scheme, causal)
 
 
 def _exponent_fits(result: dict, mode: str, min_points: int) -> list[dict]:
     fits = [f for f in result["fits"] if f["mode"] == mode and f["n"] >= min_points
-            and not (f["scheme"] == "none" and f["causal"]) and f.get("block_skipping") is not False]
+            and not (f["scheme"] == BASE and f["causal"]) and f.get("block_skipping") is not False]
     if not fits:
         raise ValueError(f"the result has no fits with at least {min_points} lengths in mode {mode!r}")
     return fits
@@ -361,7 +375,7 @@ def _analytic_bytes_grid(go, make_subplots, analytic_bytes, paths, *, H, d, dt, 
             causal = p.causal == "required"
             ys = []
             for L in lengths:
-                kk = L if scheme == "transformer_xl" else k.get(scheme, 16)
+                kk = L if _follows_length(scheme) else k.get(scheme, 16)  # a row per distance: up to L
                 ys.append(analytic_bytes(scheme, p.form, p.backend, B=B, H=H, Lq=L, Lk=L, d=d, k=kk, dtype=dt,
                                          causal=causal) / MIB)
             lo, hi = min(lo, min(ys)), max(hi, max(ys))
@@ -411,7 +425,7 @@ def report_html(result: dict) -> str:
         pass
     schemes = []
     for r in result["rows"]:
-        if r["mode"] == "forward" and r["status"] == "ok" and r["scheme"] not in schemes and r["scheme"] != "none":
+        if r["mode"] == "forward" and r["status"] == "ok" and r["scheme"] not in schemes and r["scheme"] != BASE:
             schemes.append(r["scheme"])
     ranges = _ranges(result, "forward")
     for s in schemes:

@@ -65,6 +65,12 @@ def _colour(scheme: str) -> str:
     return scheme_color(scheme)
 
 
+def _role_colour(role: str) -> str:
+    """The colour of the scheme whose declaration stands for ``role`` (``Scheme.roles``: the
+    rotation, the segment memory, the relative table, the absolute positions)."""
+    return _colour(schemes.with_role(role))
+
+
 def _text_colour(fill: str) -> str:
     """Black or white, whichever reads better on ``fill`` (a #rrggbb colour)."""
     r, g, b = (int(fill[i:i + 2], 16) for i in (1, 3, 5))
@@ -204,7 +210,7 @@ def rope_rotation(pairs: Sequence[tuple[int, int]] = ((1, 3), (6, 8)), *, q_angl
                                  mode="lines", line=dict(color=GREY, width=2), hoverinfo="skip"),
                       row=1, col=c)
         suffix = "" if c == 1 else str(c)
-        for vec, label, colour in ((qm, f"q at {m}", GREY), (kn, f"k at {n}", _colour("rope"))):
+        for vec, label, colour in ((qm, f"q at {m}", GREY), (kn, f"k at {n}", _role_colour("rotation"))):
             x, y = float(vec[0]), float(vec[1])
             fig.add_annotation(x=x, y=y, ax=0, ay=0, xref=f"x{suffix}", yref=f"y{suffix}",
                                axref=f"x{suffix}", ayref=f"y{suffix}", showarrow=True, arrowhead=2,
@@ -338,7 +344,7 @@ def memory_reach_figure(reach: torch.Tensor, *, segment: int, height: int | None
     if T % segment:
         raise ValueError(f"segment must divide the {T} positions of reach, got {segment}")
     height = height or 90 + 44 * rows
-    fill = _colour("transformer_xl")
+    fill = _role_colour("segment memory")
     fig = go.Figure()
     for layer in range(rows):
         y = layer
@@ -381,7 +387,7 @@ def emd_flow(emd, last_layer, *, height: int = 560):
     go, _ = plotly_modules()
     steps = int(emd.num_steps)
     shared = emd.layer is last_layer
-    rel, absolute = _colour("deberta"), _colour("absolute")
+    rel, absolute = _role_colour("relative table"), _role_colour("absolute positions")
     fig = go.Figure()
     top = 2 * steps + 4.0
 

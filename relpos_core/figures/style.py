@@ -36,9 +36,6 @@ from relpos_core import schemes
 __all__ = ["scheme_color", "scheme_label", "readable", "MAX_TRACES", "MAX_HEIGHT", "NEUTRAL", "SERIES_COLORS",
            "THEMES", "delta_e", "MIN_SCHEME_DELTA_E", "KV_COLORS", "kv_color"]
 
-# other spellings the lab and older notebooks use for the same schemes
-_ALIASES = {"shaw_kv": "shaw", "shaw_k": "shaw_key", "txl": "transformer_xl"}
-
 #: the most traces (lines, bar series) one plot should show; helpers warn beyond it
 MAX_TRACES = 8
 
@@ -81,10 +78,9 @@ def _entry(name: str):
     """The registry entry of scheme ``name``: its declaration gives the colour and the label."""
     if not isinstance(name, str):
         raise ValueError(f"name must be a scheme's registry name (a string), got {type(name).__name__}")
-    key = _ALIASES.get(name, name)
-    if key not in schemes.names():
+    if name not in schemes.names():
         raise ValueError(f"name must be a scheme's registry name, one of {sorted(schemes.names())}; got {name!r}")
-    return schemes.lookup(key)
+    return schemes.lookup(name)
 
 
 def scheme_color(name: str) -> str:

@@ -15,7 +15,7 @@ from relpos_core import schemes
 from . import results as R
 
 __all__ = ["LABELS", "label", "short_label", "color", "length_figure", "steps_figure", "curves_figure", "paired_figure",
-           "parts_figure", "clipping_figure", "band_figure", "position_figure", "shared_rows", "budget_name",
+           "parts_figure", "clipping_figure", "clipping_families", "band_figure", "position_figure", "shared_rows", "budget_name",
            "save_plots"]
 
 LABELS = {name: schemes.lookup(name).display for name in schemes.names()}  # from the declarations
@@ -269,30 +269,36 @@ def parts_figure(results: dict, task: str, variants=None, *, probe: str | None =
 
 
 def shared_rows(family: str, value: int, max_offset: int) -> tuple[list[int], list[int]]:
-    """For offsets r in [-D, D] without 0: how many offsets of that range share r's Shaw row
-    (clip k = ``value``) or T5 bucket (max_distance = ``value``, 32 buckets, bidirectional).
-    Returns (offsets, counts). One layer that sees position only through that row cannot
-    beat 1 / count on offset r (guessing among the offsets it cannot tell apart)."""
+    """For offsets r in [-D, D] without 0: how many offsets of that range share r's table row
+    or bucket in scheme ``family`` with its distance parameter set to ``value`` (Shaw: clip
+    k = ``value``; T5: max_distance = ``value``, 32 buckets, bidirectional). Returns (offsets,
+    counts). One layer that sees position only through that row cannot beat 1 / count on
+    offset r (guessing among the offsets it cannot tell apart)."""
     import torch
 
-    from relpos_core.schemes import t5
-    from relpos_core.terms import clipped_rows
+    from relpos_core.pieces.vectors import RowIndex
 
-    r = torch.cat([torch.arange(-max_offset, 0), torch.arange(1, max_offset + 1)])  # (2D,)
-    if family == "shaw":
-        rows = clipped_rows(value)(r.clone())  # (2D,) clip(r, -k, k) + k
-    elif family == "t5":
-        rows = t5.t5_relative_bucket(r, max_distance=value)  # (2D,)
-    else:
-        raise ValueError(f"family must be 'shaw' or 't5', got {family!r}")
+    entry = schemes.lookup(family)
+    if entry.scheme.distance is None:
+        raise ValueError(f"family must be a scheme with a distance parameter, got {family!r}")
+    term = entry.example(1, 2, device="meta", options={entry.scheme.distance.name: value})
+    index = next((v for p in term.all_pieces for v in vars(p).values() if isinstance(v, RowIndex)), None)
+    if index is None:
+        raise ValueError(f"family must be a scheme whose term reads a table row per offset, got {family!r}")
+    r = torch.cat([torch.arange(-max_offset, 0), torch.arange(1, max_offset + 1)])  # (2D,) j - i
+    rows = index(r.clone())  # (2D,) the row of each offset
     counts = (rows[:, None] == rows[None, :]).sum(1)  # (2D,)
     return r.tolist(), counts.tolist()
 
 
-def _family_value(results: dict, family: str) -> int:
+def _family_options(results: dict, family: str):
     run = next(r for r in results["preset"]["runs"] if r["task"] == "marker" and r["variant"] == family)
-    opts = schemes.lookup(family).options(run["position"])
-    return opts.max_relative_position if family == "shaw" else opts.max_distance
+    return schemes.lookup(family).options(run["position"])
+
+
+def clipping_families() -> list[str]:
+    """The schemes whose declarations bring runs to the clipping experiment (``Lab.runs``)."""
+    return [n for n in schemes.names() if any(r.experiment == "clipping" for r in schemes.lookup(n).lab.runs)]
 
 
 def clipping_figure(results: dict, *, budget: int = 1):
@@ -303,7 +309,8 @@ def clipping_figure(results: dict, *, budget: int = 1):
     max_offset = results["preset"]["tasks"]["marker"]["options"]["max_offset"]
 
     def make(family):
-        value = _family_value(results, family)
+        options, distance = _family_options(results, family), schemes.lookup(family).scheme.distance
+        value = getattr(options, distance.name)
         offsets, counts = shared_rows(family, value, max_offset)
         fig = go.Figure()
         fig.add_trace(go.Scatter(x=offsets, y=[1 / c for c in counts], mode="lines", name="one layer's bound",
@@ -315,8 +322,7 @@ def clipping_figure(results: dict, *, budget: int = 1):
             fig.add_trace(go.Scatter(x=details, y=mean, mode="lines+markers", name=name, line=dict(color=col),
                                      error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo,
                                                   thickness=1, width=2)))
-        what = f"clip k = {value}" if family == "shaw" else f"32 buckets, max_distance = {value}"
-        fig.update_layout(title=dict(text=f"{LABELS[family]}, {what}", y=0.98), height=480,
+        fig.update_layout(title=dict(text=f"{LABELS[family]}, {distance.describe(options)}", y=0.98), height=480,
                           xaxis=dict(title="offset r = marker position − token position",
                                      range=[-max_offset - 1, max_offset + 1], dtick=4),
                           yaxis=dict(title="accuracy (every run)", range=[0, 1.05]),
@@ -324,7 +330,8 @@ def clipping_figure(results: dict, *, budget: int = 1):
                           margin=dict(l=60, r=20, t=100, b=110))
         return fig
 
-    return _steady_slider(make, ["shaw", "t5"], name="scheme", initial="shaw")
+    families = clipping_families()
+    return _steady_slider(make, families, name="scheme", initial=families[0])
 
 
 def band_figure(results: dict, offsets=(-16, 15), seed: int = 0, lr: float | None = None):

@@ -174,40 +174,64 @@ _CAUSAL = {"marker": False, "marker_causal": True, "retrieval": True, "copy": Tr
 CORE = {task: tuple(n for n in MAIN_SCHEMES if task in schemes.lookup(n).lab.tasks) for task in _CAUSAL}
 
 
+def _declared_runs(name: str) -> tuple:
+    """(LabRun, RunSpec) for each run the declaration of ``name`` adds (``Lab.runs``)."""
+    out = []
+    for spec in schemes.lookup(name).lab.runs:
+        variant = f"{name}-{spec.suffix}" if spec.suffix else name
+        out.append((spec, RunSpec(spec.task, variant, name, dict(spec.position), dict(spec.model),
+                                  keep_tables=spec.keep_tables)))
+    return tuple(out)
+
+
+def _in_pool(name: str, task: str, pool) -> bool:
+    """Whether ``name`` brings its declared runs on ``task`` to a preset of ``pool``: its scheme is in
+    the pool (a variant made for one experiment follows its scheme) and it can train the task."""
+    entry = schemes.lookup(name)
+    if name not in pool and (entry.variant is None or entry.scheme.name not in pool):
+        return False
+    return name in schemes_for(_CAUSAL.get(task, False), (name,))
+
+
 def _runs(pool=MAIN_SCHEMES) -> tuple:
     runs = []
     for task in ("marker", "marker_causal"):
         runs += [RunSpec(task, s, s) for s in schemes_for(_CAUSAL[task], pool) if s in CORE[task]]
-    # one layer against two: the bound of a clipped or bucketed position term
-    for s in ("shaw", "t5"):
-        if s in schemes_for(False, pool):
-            runs.append(RunSpec("marker", f"{s}-1layer", s, model=dict(num_layers=1)))
-    # absolute position: DeBERTa with and without the Enhanced Mask Decoder
-    if "deberta" in pool:
-        runs += [RunSpec("position", s, s) for s in ("deberta", "deberta_emd")]
+    # the runs the declarations' experiments add (clipping: one layer against two; the EMD's
+    # position task), each once
+    for name in schemes.names():
+        for spec, run in _declared_runs(name):
+            if spec.full and _in_pool(name, spec.task, pool) and run not in runs:
+                runs.append(run)
     for task in ("retrieval", "copy", "retrieval_gap"):
         runs += [RunSpec(task, s, s) for s in schemes_for(_CAUSAL[task], pool) if s in CORE[task]]
     return tuple(runs)
 
 
-def _band_runs() -> tuple:
-    """Learned relative tables from a random and from a smooth (sinusoidal) start (not in the full preset)."""
-    return (RunSpec("marker", "shaw-k16", "shaw", {"max_relative_position": 16}, keep_tables=True),
-            RunSpec("marker", "shaw-k16-sinusoidal", "shaw", {"max_relative_position": 16, "init": "sinusoidal"},
-                    keep_tables=True))
+def _own_runs() -> tuple:
+    """The declared runs of their own (``LabRun(full=False)``: not in the full preset), e.g. the
+    learned relative tables from a random and from a smooth (sinusoidal) start."""
+    return tuple(run for name in schemes.names() for spec, run in _declared_runs(name) if not spec.full)
+
+
+def _tiny_ids() -> set:
+    """The pipeline check's runs: each scheme's declared ``Lab.tiny`` tasks and ``LabRun(tiny=True)``."""
+    ids = {f"{task}/{name}" for name in schemes.names() for task in schemes.lookup(name).lab.tiny}
+    return ids | {run.run_id for name in schemes.names() for spec, run in _declared_runs(name) if spec.tiny}
 
 
 def _experiments(runs) -> dict:
     ids = [r.run_id for r in runs]
     main = [i for i in ids if i.split("/")[1] in schemes.names()]
-    return {
-        "length": [i for i in main if i.split("/")[0] in _CAUSAL],
-        "clipping": [i for i in ids if i.split("/")[1] in ("shaw", "t5", "shaw-1layer", "t5-1layer")
-                     and i.startswith("marker/")],
-        "shaw_value": [i for i in main if i.split("/")[1] in ("shaw", "shaw_key")],
-        "band": [i for i in ids if i.startswith("marker/shaw-k16")],
-        "emd": [i for i in ids if i.startswith("position/")],
-    }
+    members = {}  # experiment -> run ids its declarations name
+    for name in schemes.names():
+        for spec, run in _declared_runs(name):
+            members.setdefault(spec.experiment, set()).add(run.run_id)
+        for experiment in schemes.lookup(name).lab.experiments:
+            members.setdefault(experiment, set()).update(i for i in main if i.split("/")[1] == name)
+    out = {"length": [i for i in main if i.split("/")[0] in _CAUSAL]}
+    out.update({e: [i for i in ids if i in m] for e, m in members.items()})
+    return out
 
 
 _FULL_RUNS = _runs()
@@ -235,10 +259,7 @@ PRESETS["book"] = replace(
 _TINY_TASKS = {k: replace(t, cap=3, batch_size=4, eval_rows=2,
                            probes=t.probes[:2] + tuple(p for p in t.probes if p.options))
                for k, t in _tasks().items()}
-_TINY_IDS = ("retrieval/none", "retrieval_gap/rope", "copy/randomized", "marker_causal/alibi", "marker/shaw",
-             "marker/shaw-1layer", "marker/t5", "marker/t5-1layer", "marker/shaw-k16", "marker/shaw-k16-sinusoidal",
-             "position/deberta_emd")
-_TINY_RUNS = tuple(r for r in _FULL_RUNS + _band_runs() if r.run_id in _TINY_IDS)
+_TINY_RUNS = tuple(r for r in _FULL_RUNS + _own_runs() if r.run_id in _tiny_ids())
 PRESETS["tiny"] = replace(
     PRESETS["full"], name="tiny",
     description="pipeline check: one or two runs of every task, 3 steps per budget, tiny evaluation sets (seconds)",

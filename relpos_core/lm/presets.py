@@ -51,6 +51,8 @@ def _adds_vectors(name: str) -> bool:
 
 
 SCALAR_OR_ROTATION: tuple[str, ...] = tuple(n for n in DECODABLE if not _adds_vectors(n))
+# the extension stage's scheme: the one whose declaration says the extension methods start from it
+EXTENDED: str = next(s for s in DECODABLE if schemes.lookup(s).lab.extended)
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class Extension:
 
 # RoPE itself (the control: fine-tuned at the longer length with nothing changed), then the methods
 EXTENSIONS = (
-    Extension("rope", "RoPE (nothing changed)"),
+    Extension(EXTENDED, f"{schemes.lookup(EXTENDED).display} (nothing changed)"),  # the control
     Extension("linear", "position interpolation (Chen et al. 2023)", {"rope_type": "linear"}),
     Extension("ntk", "NTK-aware (bloc97 2023)", {"rope_type": "ntk"}),
     Extension("dynamic", "dynamic NTK (emozilla 2023)", {"rope_type": "dynamic"}),
@@ -122,7 +124,7 @@ class LMPreset:
     probe_rows: int  # passkey rows per length (cycling the depths)
     log_every: int
     # the extension stage (on the trained RoPE models)
-    extension_scheme: str = "rope"
+    extension_scheme: str = EXTENDED
     extensions: tuple = ()
     extension_seeds: tuple = ()  # evaluated zero-shot
     finetune_seeds: tuple = ()  # of those, also fine-tuned
@@ -163,7 +165,13 @@ _FULL = LMPreset(
     extensions=EXTENSIONS, extension_seeds=(0, 1, 2), finetune_seeds=(0,), finetune_length=512, finetune_steps=150, finetune_batch=16,
     finetune_lr=1e-3, finetune_warmup=10,
 )
-_BOOK_SCHEMES = tuple(s for s in ("none", "learned", "alibi", "rope", "kerple_log") if s in DECODABLE)
+
+
+def _declared(preset: str) -> tuple[str, ...]:
+    """The decodable schemes whose declarations put them in the small ``preset`` (``Lab.language_model``)."""
+    return tuple(s for s in DECODABLE if preset in schemes.lookup(s).lab.language_model)
+
+_BOOK_SCHEMES = _declared("book")
 PRESETS = {
     "full": _FULL,
     "book": replace(_FULL, name="book",
@@ -171,7 +179,7 @@ PRESETS = {
                                 "extension methods (a few minutes on 2 cores)",
                     model=dict(d_model=32, num_layers=2, num_heads=4, d_mlp=128), schemes=_BOOK_SCHEMES, seeds=(0,),
                     steps=300, eval_lengths=(128, 256, 512), segments=4, sliding_segments=2, probe_rows=12,
-                    extensions=tuple(e for e in EXTENSIONS if e.name in ("rope", "linear", "yarn")),
+                    extensions=tuple(e for e in EXTENSIONS if e.name in (EXTENDED, "linear", "yarn")),
                     extension_seeds=(0,), finetune_seeds=(0,), finetune_steps=40, finetune_batch=8),
     # The full run's models and budget at a second learning rate (a third of the full run's), no
     # extension stage: a finding of the full run is stated only where it holds at both rates.
@@ -181,10 +189,10 @@ PRESETS = {
                            lr=1e-3, extensions=(), extension_seeds=(), finetune_seeds=(), finetune_steps=0),
     "tiny": replace(_FULL, name="tiny", description="pipeline check: three schemes, a few steps (seconds)",
                     model=dict(d_model=16, num_layers=1, num_heads=2, d_mlp=32),
-                    schemes=tuple(s for s in ("none", "learned", "rope") if s in DECODABLE), seeds=(0,),
+                    schemes=_declared("tiny"), seeds=(0,),
                     train_length=32, steps=3, batch_size=4, warmup_steps=1, eval_lengths=(32, 64, 128),
                     segments=2, sliding_segments=1, bins=4, probe_rows=3, log_every=1,
-                    extensions=tuple(e for e in EXTENSIONS if e.name in ("rope", "yarn")), extension_seeds=(0,),
+                    extensions=tuple(e for e in EXTENSIONS if e.name in (EXTENDED, "yarn")), extension_seeds=(0,),
                     finetune_seeds=(0,),
                     finetune_length=64, finetune_steps=2, finetune_batch=2, finetune_warmup=1),
 }

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 import torch
 
 from . import conventions
-from .declaration import Distance, Lab, ModelShape, PositionModule, Scheme, Variant, make_options
+from .declaration import Bench, Distance, Lab, LabRun, ModelShape, PositionModule, Scheme, Variant, make_options
 
 __all__ = ["SCHEMES", "Entry", "names", "lookup", "SIGN_CONVENTIONS", "conventions_table_markdown",
-           "sign_convention", "Scheme", "Variant", "Distance", "Lab", "ModelShape", "PositionModule"]
+           "sign_convention", "Scheme", "Variant", "Distance", "Lab", "LabRun", "Bench", "ModelShape", "PositionModule",
+           "baseline", "tokens_baseline", "with_role"]
 
 _NOT_SCHEMES = {"declaration", "conventions"}
 
@@ -109,6 +110,28 @@ def lookup(name: str) -> Entry:
     if name not in _ENTRIES:
         raise ValueError(f"scheme must be one of {list(_ENTRIES)}, got {name!r}")
     return _ENTRIES[name]
+
+
+def _only(found: list[str], what: str) -> str:
+    if len(found) != 1:
+        raise ValueError(f"exactly one scheme must declare {what}, found {found}")
+    return found[0]
+
+
+def baseline() -> str:
+    """The scheme without any position (``has_positions=False``): the benchmarks' baseline."""
+    return _only([s.name for s in SCHEMES.values() if not s.has_positions], "has_positions=False")
+
+
+def tokens_baseline() -> str:
+    """The first scheme whose positions are added to the tokens (``positions_in_tokens``): its
+    attention call is the baseline's, so runs made before the baseline existed divide by it."""
+    return next(s.name for s in SCHEMES.values() if s.positions_in_tokens)
+
+
+def with_role(role: str) -> str:
+    """The scheme whose colour marks ``role`` in the concept figures (``Scheme.roles``)."""
+    return _only([s.name for s in SCHEMES.values() if role in s.roles], f"the role {role!r}")
 
 
 SIGN_CONVENTIONS: list[dict] = [conventions.row(s) for s in SCHEMES.values()]

@@ -190,6 +190,6 @@ SCHEME = Scheme(
     variants=(Variant("learned", "learned absolute", dict(embedding="learned"),
                       "a trained vector per position added to each token (BERT, GPT-2)", model_only=True,
                       short="learned", color="#9966bb",
-                      lab=Lab(("retrieval_gap",), book=True)),),
-    lab=Lab(("retrieval_gap",)),
+                      lab=Lab(("retrieval_gap",), book=True, language_model=("book", "tiny"))),),
+    lab=Lab(("retrieval_gap",)), roles=("absolute positions",),
 )

@@ -24,7 +24,7 @@ import torch
 from relpos_core._validate import check_choice, check_positive_int
 from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
-from relpos_core.schemes.declaration import Lab, PositionModule, Scheme
+from relpos_core.schemes.declaration import Bench, Lab, PositionModule, Scheme
 from relpos_core.terms import PositionTerm, ScalarSlopes
 
 __all__ = ["alibi_slopes", "alibi_bias", "position_term", "ALiBiOptions", "ALiBiPosition", "SCHEME", "MAX_HEADS"]
@@ -139,5 +139,7 @@ SCHEME = Scheme(
     convention="query_minus_key", formula=r"-m_h\,(i - j)", code="relpos_core.schemes.alibi.alibi_bias",
     injects="scalar on the logit", summary="a fixed slope per head times the distance",
     example=example, options=ALiBiOptions, module=ALiBiPosition, order=60,
-    lab=Lab(("marker", "marker_causal", "retrieval_gap"), book=True),
+    lab=Lab(("marker", "marker_causal", "retrieval_gap"), book=True, tiny=("marker_causal",),
+            language_model=("book",)),
+    bench=Bench(block_skip=("medium", "large")),
 )

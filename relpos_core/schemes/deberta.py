@@ -33,7 +33,7 @@ from torch import nn
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.offsets import relative_offsets
-from relpos_core.schemes.declaration import Distance, Lab, PositionModule, Scheme, Variant
+from relpos_core.schemes.declaration import Distance, Lab, LabRun, PositionModule, Scheme, Variant
 from relpos_core.terms import KeyVectors, PositionTerm, QueryVectors, RowIndex, example_tensor
 
 __all__ = ["SIGN_CONVENTION", "deberta_delta_index", "make_log_bucket_position", "position_term",
@@ -268,6 +268,8 @@ SCHEME = Scheme(
     benchmark_module="relpos_core.oracles.deberta.benchmark_module",
     variants=(Variant("deberta_emd", "DeBERTa + EMD", dict(emd=True),
                       "DeBERTa with the Enhanced Mask Decoder's absolute positions at the output", model_only=True,
-                      short="DeBERTa+EMD", color="#992255", language_tasks=False),),
-    lab=Lab(("marker", "retrieval"), book=True),
+                      short="DeBERTa+EMD", color="#992255", language_tasks=False,
+                      lab=Lab((), runs=(LabRun("emd", "position", tiny=True),))),),
+    lab=Lab(("marker", "retrieval"), book=True, runs=(LabRun("emd", "position"),)),
+    roles=("relative table",),
 )

@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -51,9 +51,12 @@ import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_int
 
-__all__ = ["Scheme", "Variant", "Distance", "Lab", "ModelShape", "PositionModule", "BenchmarkModule", "INJECTS",
+__all__ = ["Scheme", "Variant", "Distance", "Lab", "LabRun", "Bench", "ModelShape", "PositionModule",
+           "BenchmarkModule", "INJECTS", "ROLES",
            "PRESET_SIZES", "make_options"]
 
+#: what a scheme's colour stands for in the concept figures (``relpos_core.figures.concepts``)
+ROLES = ("rotation", "segment memory", "relative table", "absolute positions")
 INJECTS = ("nothing", "input", "scalar on the logit", "vector on the logit", "output", "rotation of q and k")
 CONVENTIONS = ("key_minus_query", "query_minus_key", "none")
 PRESET_SIZES = ("small", "medium", "large")  # the benchmark's quick, cpu and gpu presets
@@ -65,7 +68,8 @@ class Distance:
 
     ``small``, ``medium``, ``large``: the value for the benchmark's quick, cpu and gpu
     presets. ``follows_length``: the parameter is the sequence length itself (one row per
-    distance: Transformer-XL, the Music Transformer), whatever the preset.
+    distance: Transformer-XL, the Music Transformer), whatever the preset. ``label``: how a
+    figure names a setting, formatted with the options' fields (default "<name> = <value>").
     """
 
     name: str
@@ -75,6 +79,12 @@ class Distance:
     large: int = 64
     follows_length: bool = False
     minimum: int = 1
+    label: str = ""
+
+    def describe(self, options) -> str:
+        """The figure label of ``options`` (an instance of the scheme's options dataclass)."""
+        values = dataclasses.asdict(options)
+        return self.label.format(**values) if self.label else f"{self.name} = {values[self.name]}"
 
     def for_preset(self, size: str, length: int) -> int:
         """The value a preset of ``size`` uses at sequence length ``length``."""
@@ -85,6 +95,29 @@ class Distance:
 
 
 @dataclass(frozen=True)
+class LabRun:
+    """A run a scheme brings to one of the lab's experiments (``Lab.runs``).
+
+    ``experiment``: the experiment that reads it (e.g. "clipping": one layer against two on
+    the marker task); ``task``: the lab task; ``suffix``: the run's variant is
+    ``<name>-<suffix>`` (empty: the scheme's own run on that task, trained once even when
+    the grids have it too); ``position`` and ``model``: option and model-shape overrides;
+    ``keep_tables``: the results keep the learned table (``recorded_tables``); ``full``:
+    in the full and book presets (False: a run of its own, trained on request); ``tiny``:
+    in the pipeline-check preset.
+    """
+
+    experiment: str
+    task: str
+    suffix: str = ""
+    position: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+    keep_tables: bool = False
+    full: bool = True
+    tiny: bool = False
+
+
+@dataclass(frozen=True)
 class Lab:
     """Where the lab (chapters/10_experiments.ipynb, ``relpos_core.lab.presets``) trains a scheme.
 
@@ -92,11 +125,33 @@ class Lab:
     "retrieval", "copy", "retrieval_gap"; a task it cannot train, such as a bidirectional one
     for a decoder-only scheme, is skipped). The default puts a new scheme on the task that
     ranks length generalisation; ``tasks=()`` keeps it out of the full preset (it still
-    trains in the tests). ``book``: also in the book preset's smaller pool.
+    trains in the tests). ``book``: also in the book preset's smaller pool. ``tiny``: the
+    tasks where the pipeline-check preset trains it. ``runs`` and ``experiments``: the
+    experiments it defines or joins (``LabRun``). ``language_model``: the smaller presets
+    of the language-model lab (``relpos_core.lm.presets``: "book", "tiny") it trains in
+    (the full one trains every scheme that adds no vectors); ``extended``: the models the
+    extension stage (context-extension methods) starts from.
     """
 
     tasks: tuple[str, ...] = ("retrieval_gap",)
     book: bool = False
+    tiny: tuple[str, ...] = ()  # tasks on which the pipeline-check preset keeps its run
+    runs: tuple[LabRun, ...] = ()  # the runs its experiments add (LabRun)
+    experiments: tuple[str, ...] = ()  # experiments that read all its runs on the language tasks
+    language_model: tuple[str, ...] = ()  # the language-model lab's small presets that train it
+    extended: bool = False  # the language-model lab's context-extension stage starts from it
+
+
+@dataclass(frozen=True)
+class Bench:
+    """What the kernel benchmark (``relpos_core.bench.presets``) times of a scheme beyond its paths.
+
+    ``train``: the preset sizes ("small", "medium", "large") that time its training step;
+    ``block_skip``: the sizes that time FlexAttention's block skipping on its default form.
+    """
+
+    train: tuple[str, ...] = ()
+    block_skip: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -233,6 +288,8 @@ class Scheme:
     lab: Lab = Lab()  # where the lab trains it
     short: str = ""  # a compact label for crowded figures (default: ``display``)
     color: str = "#8c8c8c"  # the one colour every figure of the book gives it, ``#rrggbb``
+    bench: Bench = Bench()  # what the benchmark times of it beyond its paths
+    roles: tuple[str, ...] = ()  # what its colour marks in the concept figures (ROLES)
 
     def __post_init__(self):
         check_choice("convention", self.convention, CONVENTIONS)
@@ -240,6 +297,10 @@ class Scheme:
             if item.color and not re.fullmatch(r"#[0-9a-f]{6}", item.color):
                 raise ValueError(f"{item.name}: color must be '#rrggbb' in lower case, got {item.color!r}")
         check_choice("injects", self.injects, INJECTS)
+        for role in self.roles:
+            check_choice("roles", role, ROLES)
+        for size in self.bench.train + self.bench.block_skip:
+            check_choice("bench sizes", size, PRESET_SIZES)
         if not dataclasses.is_dataclass(self.options):
             raise ValueError(f"{self.name}: options must be a dataclass type, got {self.options!r}")
         if not (isinstance(self.module, type) and issubclass(self.module, PositionModule)):

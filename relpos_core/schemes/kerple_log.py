@@ -127,5 +127,5 @@ SCHEME = Scheme(
     variants=(Variant("kerple_power", "Kerple (power)", dict(kernel="power"),
                       "a learned power kernel of the distance per head", short="Kerple power", color="#88bb77",
                       lab=Lab(())),),
-    lab=Lab(("retrieval_gap",)),
+    lab=Lab(("retrieval_gap",), language_model=("book",)),
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relpos_core.schemes.declaration import Lab, PositionModule, Scheme
+from relpos_core.schemes.declaration import Bench, Lab, PositionModule, Scheme
 
 __all__ = ["NoneOptions", "NoPosition", "SCHEME"]
 
@@ -38,5 +38,7 @@ SCHEME = Scheme(
     code="relpos_core.schemes.none.NoPosition", injects="nothing", has_positions=False,
     summary="content only; a causal mask alone gives order",
     example=example, options=NoneOptions, module=NoPosition, order=0,
-    lab=Lab(("marker_causal", "retrieval", "copy", "retrieval_gap"), book=True),
+    lab=Lab(("marker_causal", "retrieval", "copy", "retrieval_gap"), book=True, tiny=("retrieval",),
+            language_model=("book", "tiny")),
+    bench=Bench(block_skip=("medium", "large")),
 )

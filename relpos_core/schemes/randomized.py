@@ -121,5 +121,5 @@ SCHEME = Scheme(
     summary="RoPE at sorted random positions from a longer range in training (Ruoss et al.)",
     caches="keys rotated at write time, or unrotated keys rotated at read time",
     example=example, options=RandomizedOptions, module=RandomizedPosition, order=75,
-    lab=Lab(("copy", "retrieval_gap"), book=True),
+    lab=Lab(("copy", "retrieval_gap"), book=True, tiny=("copy",)),
 )

@@ -118,5 +118,7 @@ SCHEME = Scheme(
     summary="q and k rotated by their positions; no bias, fused kernels unchanged",
     caches="keys rotated at write time, or unrotated keys rotated at read time",
     example=example, options=RoPEOptions, module=RoPEPosition, order=70,
-    lab=Lab(("marker", "marker_causal", "copy", "retrieval_gap"), book=True),
+    lab=Lab(("marker", "marker_causal", "copy", "retrieval_gap"), book=True, tiny=("retrieval_gap",),
+            language_model=("book", "tiny"), extended=True),
+    roles=("rotation",),
 )

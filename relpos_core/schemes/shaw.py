@@ -28,7 +28,7 @@ import torch.nn as nn
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.budget import check_memory
 from relpos_core.offsets import relative_offsets
-from relpos_core.schemes.declaration import Distance, Lab, PositionModule, Scheme, Variant
+from relpos_core.schemes.declaration import Distance, Lab, LabRun, PositionModule, Scheme, Variant
 from relpos_core.terms import PositionTerm, QueryVectors, ValueVectors, clipped_rows, example_tensor
 
 __all__ = [
@@ -314,10 +314,19 @@ SCHEME = Scheme(
     chapter="02_shaw_and_skew", convention="key_minus_query",
     formula=r"a^K[\operatorname{clip}(j - i, -k, k) + k]", code="relpos_core.schemes.shaw.shaw_relative_index",
     injects="vector on the logit", summary="learned vectors per clipped offset, on keys and values",
-    distance=Distance("max_relative_position", "offsets beyond k share the end rows", small=4, medium=16, large=64),
+    distance=Distance("max_relative_position", "offsets beyond k share the end rows", small=4, medium=16, large=64,
+                      label="clip k = {max_relative_position}"),
     example=example, options=ShawOptions, module=ShawPosition, order=20,
     variants=(Variant("shaw_key", "Shaw (key only)", dict(value=False),
                       "learned vectors per clipped offset, on the keys only", short="Shaw key", color="#dd8855",
-                      lab=Lab(("marker", "retrieval_gap"))),),
-    lab=Lab(("marker", "retrieval_gap"), book=True),
+                      lab=Lab(("marker", "retrieval_gap"), experiments=("shaw_value",))),),
+    # the experiments: clipping (one layer against two on the marker task), the value table
+    # (with and without a^V), the band (the learned table from a random and a smooth start)
+    lab=Lab(("marker", "retrieval_gap"), book=True, tiny=("marker",), experiments=("shaw_value",),
+            runs=(LabRun("clipping", "marker"),
+                  LabRun("clipping", "marker", "1layer", model=dict(num_layers=1), tiny=True),
+                  LabRun("band", "marker", "k16", dict(max_relative_position=16), keep_tables=True, full=False,
+                         tiny=True),
+                  LabRun("band", "marker", "k16-sinusoidal", dict(max_relative_position=16, init="sinusoidal"),
+                         keep_tables=True, full=False, tiny=True))),
 )

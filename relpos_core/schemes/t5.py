@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
-from relpos_core.schemes.declaration import Distance, Lab, PositionModule, Scheme
+from relpos_core.schemes.declaration import Bench, Distance, Lab, LabRun, PositionModule, Scheme
 from relpos_core.terms import PositionTerm, RowIndex, ScalarTable, example_tensor
 
 __all__ = ["t5_relative_bucket", "position_term", "bucket_work_bytes", "T5Options", "T5Position", "SCHEME"]
@@ -179,8 +179,12 @@ SCHEME = Scheme(
     code="relpos_core.schemes.t5.t5_relative_bucket", injects="scalar on the logit",
     summary="a learned scalar per head and log-spaced distance bucket",
     distance=Distance("max_distance", "distances beyond it share the last bucket", small=32, medium=128, large=128,
-                      minimum=17),
+                      minimum=17, label="{num_buckets} buckets, max_distance = {max_distance}"),
     example=example, options=T5Options, module=T5Position, order=40,
     benchmark_module="relpos_core.oracles.t5.benchmark_module",
-    lab=Lab(("marker", "marker_causal", "copy", "retrieval_gap"), book=True),
+    # the clipping experiment: one layer against two on the marker task
+    lab=Lab(("marker", "marker_causal", "copy", "retrieval_gap"), book=True, tiny=("marker",),
+            runs=(LabRun("clipping", "marker"), LabRun("clipping", "marker", "1layer", model=dict(num_layers=1),
+                                                       tiny=True))),
+    bench=Bench(train=("small", "medium", "large"), block_skip=("large",)),
 )

@@ -375,5 +375,5 @@ SCHEME = Scheme(
     summary="a projected sinusoid per distance, plus global biases u and v", causal_only=True,
     distance=Distance("distances", "one row per distance up to the sequence length", follows_length=True),
     example=example, options=TransformerXLOptions, module=TransformerXLPosition, order=30,
-    lab=Lab(()),
+    lab=Lab(()), roles=("segment memory",),
 )
