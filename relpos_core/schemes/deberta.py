@@ -8,20 +8,15 @@ clip-and-shift and log-bucket offsets, the EMD.
 Sign convention: ``query_minus_key``. Entry (i, j) of every offset matrix here is i - j,
 so a positive offset means the key comes *before* the query.
 
-The pieces: ``deberta_delta_index`` (the paper's clip-and-shift delta(i, j) in [0, 2k),
-eq. 3: ``clamp(i - j, -k, k - 1) + k``), ``make_log_bucket_position`` (DeBERTa-v2's log
-buckets), ``position_term`` (content-to-position and position-to-content for ``rp.attend``)
-and ``enhanced_mask_decode`` (the EMD's steps). The dense c2p/p2c scores and the modules
-whose parameter names match Hugging Face's are test oracles: ``relpos_core/oracles/deberta.py``.
+Here: ``deberta_delta_index`` (the paper's delta(i, j) = clamp(i - j, -k, k - 1) + k in
+[0, 2k), eq. 3), ``make_log_bucket_position`` (DeBERTa-v2's log buckets), ``position_term``
+(c2p and p2c for ``rp.attend``) and ``enhanced_mask_decode`` (the EMD's steps). The dense
+c2p/p2c scores and the Hugging Face-parity modules are oracles (``relpos_core/oracles/deberta.py``).
 
-The p2c index of the reference code (Hugging Face transformers 5.24, which follows
-Microsoft's release) differs from a literal reading of the paper. Algorithm 1 writes the
-position-to-content term as ``A_p2c[j, delta(j, i)]`` = k_j . Q^r[delta(j, i)]. The code
-computes ``clamp(-r + S, 0, 2S - 1)`` on the *transposed* offsets (r[j, i] = j - i) and
-then transposes back, so the row it reads for the pair (i, j) is
-``clamp(i - j + S, 0, 2S - 1)`` = delta(i, j): the *same* index as c2p. The released
-checkpoints were trained that way, so ``p2c_index="code"`` (default) reproduces it;
-``p2c_index="paper"`` uses delta(j, i) = clamp(j - i + S).
+The p2c index: Algorithm 1 writes ``A_p2c[j, delta(j, i)]``, but the released code
+(Hugging Face 5.24, after Microsoft's) reads delta(i, j), the *same* row as c2p (it clamps
+``-r + S`` on transposed offsets, then transposes back). ``p2c_index="code"`` (default, as
+the checkpoints were trained) reproduces it; ``"paper"`` uses delta(j, i).
 """
 from __future__ import annotations
 
@@ -42,20 +37,13 @@ __all__ = ["SIGN_CONVENTION", "deberta_delta_index", "make_log_bucket_position",
 SIGN_CONVENTION = "query_minus_key"
 
 
-# ----------------------------------------------------------------------------- offsets
+def deberta_delta_index(query_len: int, key_len: int | None = None, *, max_relative_positions: int,
+                        query_offset: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
+    """The paper's delta(i, j), the row of the (2k, d) table pair (i, j) reads: (Lq, Lk) int64 in [0, 2k).
 
-
-def deberta_delta_index(
-    query_len: int, key_len: int | None = None, *, max_relative_positions: int, query_offset: int | None = None,
-    device: torch.device | str | None = None,
-) -> torch.Tensor:
-    """The paper's delta(i, j): row of the (2k, d) relative table used by pair (i, j).
-
-    Sign convention ``query_minus_key``: delta(i, j) = 0 if i - j <= -k, 2k - 1 if
-    i - j >= k, else i - j + k (k = ``max_relative_positions``). delta > k - 1 exactly
-    when the key is at or before the query; the centre row k is i == j. The queries are
-    the last ``query_len`` keys unless ``query_offset`` places them.
-    Returns a (query_len, key_len) int64 tensor with values in [0, 2k).
+    Sign convention ``query_minus_key``: 0 if i - j <= -k, 2k - 1 if i - j >= k, else
+    i - j + k (k = ``max_relative_positions``): above k - 1 exactly when the key is at or
+    before the query. The queries are the last Lq keys unless ``query_offset`` places them.
     """
     query_len = check_positive_int("query_len", query_len)
     key_len = query_len if key_len is None else check_positive_int("key_len", key_len)
@@ -82,11 +70,9 @@ def _check_buckets(bucket_size, max_position) -> tuple[int, int]:
 def make_log_bucket_position(relative_pos: torch.Tensor, bucket_size: int, max_position: int) -> torch.Tensor:
     """DeBERTa-v2 log buckets of signed offsets (any convention; the map is odd).
 
-    With mid = bucket_size // 2, offsets with |r| <= mid are kept; larger ones become
-    sign(r) * (mid + ceil(log(|r| / mid) / log((max_position - 1) / mid) * (mid - 1))),
-    so |r| = max_position - 1 lands on 2 * mid - 1. Same values as HF's function of the
-    same name (which returns them as float32); here the input's integer dtype is kept.
-    bucket_size >= 2, max_position >= bucket_size // 2 + 2.
+    With mid = bucket_size // 2 (>= 1), |r| <= mid is kept; larger r becomes sign(r) * (mid +
+    ceil(log(|r| / mid) / log((max_position - 1) / mid) * (mid - 1))), so |r| = max_position - 1
+    lands on 2 mid - 1 (max_position >= mid + 2). HF's values, in the input's integer dtype.
     """
     check_tensor("relative_pos", relative_pos, floating=False)
     bucket_size, max_position = _check_buckets(bucket_size, max_position)
@@ -108,14 +94,12 @@ def position_term(pos_key: torch.Tensor | None = None, pos_query: torch.Tensor |
                   pos_layout: str = "hsd") -> PositionTerm:
     """DeBERTa's position term for ``rp.attend``: c2p (``q_i . K_r[row]``) and p2c (``k_j . Q_r[row]``).
 
-    pos_key = K_r and pos_query = Q_r: projected relative tables, S = att_span, heads first
-    (H, 2S, d) (``pos_layout="hsd"``, the default) or rows first (2S, H, d) as a projection
-    of the shared table gives them (``pos_layout="shd"``); either may be None (c2p only or
-    p2c only). Convention ``query_minus_key``: the row is
-    clamp(r + S, 0, 2S - 1) with r = i - j, log-bucketed when position_buckets > 0 (with
-    ``max_relative_positions``, as DeBERTa-v2). p2c reads the same row as c2p
-    (``p2c_index="code"``, the released checkpoints) or delta(j, i) (``"paper"``). Scale
-    1/sqrt(d (1 + number of position terms)): 1/sqrt(3d) with both, as in the paper.
+    pos_key = K_r and pos_query = Q_r: projected tables (H, 2S, d) with S = att_span
+    (``pos_layout="shd"``: rows first, (2S, H, d), as a projection of the shared table gives
+    them); either may be None. Convention ``query_minus_key``: the row is clamp(r + S, 0,
+    2S - 1) with r = i - j, log-bucketed when position_buckets > 0 (DeBERTa-v2). p2c reads
+    c2p's row (``p2c_index="code"``) or delta(j, i) (``"paper"``). Scale 1/sqrt(d (1 + number
+    of position terms)): 1/sqrt(3d) with both, as in the paper.
     """
     S = check_positive_int("att_span", att_span)
     check_choice("p2c_index", p2c_index, ("code", "paper"))
@@ -128,15 +112,11 @@ def position_term(pos_key: torch.Tensor | None = None, pos_query: torch.Tensor |
         _check_buckets(position_buckets, max_relative_positions)
     if pos_key is None and pos_query is None:
         raise ValueError("pos_key and pos_query must not both be None: pass K_r (c2p), Q_r (p2c) or both")
-    d = None
-    for name, t in (("pos_key", pos_key), ("pos_query", pos_query)):
-        if t is not None:
-            check_tensor(name, t, ndim=3, floating=True)
-            if t.shape[1] != 2 * S:
-                raise ValueError(f"{name} must be (H, 2 * att_span = {2 * S}, d), got shape {tuple(t.shape)}")
-            if d is not None and t.shape[2] != d:
-                raise ValueError(f"pos_key and pos_query must have the same head size, got {d} and {t.shape[2]}")
-            d = t.shape[2]
+    tables = [(name, t) for name, t in (("pos_key", pos_key), ("pos_query", pos_query)) if t is not None]
+    d = check_tensor(*tables[0], ndim=3, floating=True).shape[2]
+    for name, t in tables:  # (H, 2S, d), one head size
+        if check_tensor(name, t, ndim=3, floating=True, shape={2: d}).shape[1] != 2 * S:
+            raise ValueError(f"{name} must be (H, 2 * att_span = {2 * S}, d), got shape {tuple(t.shape)}")
 
     def bucketed(r):  # r = i - j, in place where possible
         return make_log_bucket_position(r, position_buckets, max_relative_positions) if buckets else r
@@ -174,15 +154,12 @@ def example(num_heads: int, head_dim: int, options, *, device=None, dtype=torch.
 def enhanced_mask_decode(hidden: torch.Tensor, absolute: torch.Tensor, run_last, num_steps: int = 2) -> torch.Tensor:
     """Enhanced Mask Decoder (paper section 3.2): absolute positions, added late.
 
-    DeBERTa's layers see only relative positions. For masked-language-model pre-training
-    only, the EMD puts absolute positions back just before the MLM head: with H =
-    ``hidden`` (B, L, D) the output of the *second-to-last* layer and P = ``absolute``
-    (L, D) or (B, L, D) the absolute position embeddings, it re-runs the last layer (it
-    replaces the final pass; it does not add layers after it) with keys and values H and a
-    *query* input that carries P:
-        I_0 = H + P;  I_{t+1} = run_last(H, I_t)   (H as keys/values, I_t as queries)
-    and returns I_n (B, L, D) (n = ``num_steps``; the paper's n = 2 applies the shared
-    layer twice). Fine-tuning and inference use the encoder alone.
+    For masked-language-model pre-training only, the EMD puts absolute positions back just
+    before the MLM head. With H = ``hidden`` (B, L, D), the *second-to-last* layer's output,
+    and P = ``absolute`` (L, D) or (B, L, D), it re-runs the last layer (replacing the final
+    pass) with H as keys and values and queries that carry P:
+        I_0 = H + P;  I_{t+1} = run_last(H, I_t)
+    and returns I_n (B, L, D) (n = ``num_steps``; the paper's n = 2).
     """
     num_steps = check_positive_int("num_steps", num_steps)
     query = hidden + absolute  # I_0 = H + P, (B, L, D)
@@ -191,15 +168,12 @@ def enhanced_mask_decode(hidden: torch.Tensor, absolute: torch.Tensor, run_last,
     return query
 
 
-# ----------------------------------------------------------------------------- in a model
-
 
 @dataclass(frozen=True)
 class DeBERTaOptions:
-    """``att_span`` S (the shared table has 2S rows: offsets clipped to [-S, S - 1]); ``position_buckets``
-    and ``max_relative_positions`` > 0: DeBERTa-v2's log buckets; ``p2c_index``: "code" (the released
-    checkpoints) or "paper"; ``emd``: the Enhanced Mask Decoder (absolute positions added to the query
-    input of the last layer, re-run twice on the second-to-last layer's output, as the paper has it)."""
+    """``att_span`` S (2S rows: offsets clipped to [-S, S - 1]); ``position_buckets`` and
+    ``max_relative_positions`` > 0: DeBERTa-v2's log buckets; ``p2c_index``: "code" or "paper";
+    ``emd``: the Enhanced Mask Decoder (``enhanced_mask_decode``)."""
 
     att_span: int = 16
     position_buckets: int = -1
