@@ -10,7 +10,7 @@ import relpos_core as rp
 from relpos_core import registry
 from relpos_core.measure import MemoryBudgetError, measure_peak_memory, memory_budget
 from relpos_core.measure.analytic import BOUND, analytic_bytes, peak_bytes
-from tests.test_attend import COMPILED_CASES
+from tests.test_attend import COMPILED_CASES, SHAPES
 
 MiB, GiB = 2**20, 2**30
 H, B = 2, 2
@@ -64,17 +64,50 @@ def test_counted_bytes_bound_flex_eager_reference_at_a_decode_step(path):
     _within_bound(measured, counted)
 
 
+def _compiled_flex_cases():
+    """test_attend's compiled cases (their kernels are reused), then one case for every other
+    flex-capable scheme: the flex path rp.attend picks by default (else its first), at the
+    shapes in turn (a decoder-only scheme at a causal one)."""
+    from relpos_core.attend import choose_form
+
+    cases = list(COMPILED_CASES)
+    covered = {c[0] for c in cases}
+    for scheme in dict.fromkeys(p.scheme for p in FLEX_PATHS):
+        if scheme in covered:
+            continue
+        paths = [p for p in FLEX_PATHS if p.scheme == scheme]
+        term = registry.example_term(scheme, num_heads=H, head_dim=16, k=6, device="meta")
+        default = choose_form(term, None)
+        path = next((p for p in paths if p.form == default), paths[0])
+        shapes = [s for s in SHAPES if s[2] or path.causal != "required"]
+        cases.append((scheme, path.form, *shapes[len(cases) % len(shapes)]))
+    return cases
+
+
+COMPILED_FLEX = _compiled_flex_cases()
+
+
+def test_the_compiled_flex_cases_cover_every_flex_capable_scheme():
+    assert {c[0] for c in COMPILED_FLEX} == {p.scheme for p in FLEX_PATHS}
+    assert all((c[0], c[1], "flex") in MEASURED for c in COMPILED_FLEX)
+
+
+def test_every_scheme_with_a_kernel_path_is_measured_on_an_eager_path():
+    """Every registry name but the model-only variants (same call as their scheme) has
+    eager paths, each compared with the profiler above, CoPE included."""
+    kernel_schemes = {n for n in rp.schemes.names()
+                      if not getattr(rp.schemes.lookup(n).variant, "model_only", False)}
+    assert {p.scheme for p in DENSE_PATHS if p.backend == "eager"} == kernel_schemes
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("compiled-flex")
-@pytest.mark.parametrize("case", COMPILED_CASES, ids=lambda c: "-".join(map(str, c)))
+@pytest.mark.parametrize("case", COMPILED_FLEX, ids=lambda c: "-".join(map(str, c)))
 def test_counted_bytes_bound_compiled_flex(case):
-    """The compiled FlexAttention kernels of test_attend (reused, not recompiled): within the bound."""
+    """Compiled FlexAttention, one kernel per flex-capable scheme (test_attend's reused): within the bound."""
     scheme, form, Lq, Lk, causal = case
-    g = torch.Generator().manual_seed(1)
-    term = registry.example_term(scheme, num_heads=H, head_dim=16, k=6, generator=g)
-    q, k, v = (torch.randn(1, H, n, 16, generator=g) for n in (Lq, Lk, Lk))
+    term, q, fn = _call(scheme, form, "flex", Lq, Lk, 16, causal, compiled=True, seed=1)
     with torch.no_grad():
-        fn = lambda: rp.attend(q, k, v, term, form=form, backend="flex", causal=causal)  # noqa: E731
         fn()
         measured = measure_peak_memory(fn)
     counted = peak_bytes(term, form, "flex", B=1, H=H, Lq=Lq, Lk=Lk, d=16, causal=causal)
