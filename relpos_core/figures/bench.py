@@ -29,10 +29,6 @@ from .style import MAX_HEIGHT, NEUTRAL, scheme_color, scheme_label
 __all__ = ["read_result", "path_style", "scheme_figure", "scheme_slider", "exponent_figure", "exponent_slider",
            "analytic_bytes_figure", "report_html", "FORM_DASH", "FORM_SYMBOL", "BACKEND_SYMBOL"]
 
-# colour is the scheme's (``style.scheme_color``), never a form's or a backend's: the
-# kernel form of a path (how the position term is computed) is its dash, the backend its
-# marker, the same in every figure of the costs chapter; in a figure of markers only
-# (the exponents) the form is the marker's shape
 BASE = schemes.baseline()  # the no-position scheme: the ratios' denominator, not drawn as a scheme
 
 
@@ -49,6 +45,10 @@ def _follows_length(scheme: str) -> bool:
     return distance is not None and distance.follows_length
 
 
+# colour is the scheme's (``style.scheme_color``), never a form's or a backend's: the
+# kernel form of a path (how the position term is computed) is its dash, the backend its
+# marker, the same in every figure of the costs chapter; in a figure of markers only
+# (the exponents) the form is the marker's shape
 FORM_DASH = {"none": "longdashdot", "naive": "dot", "gather": "dash", "skew": "solid", "hf": "dashdot"}
 FORM_SYMBOL = {"none": "x", "naive": "square", "gather": "triangle-up", "skew": "circle", "hf": "star"}
 BACKEND_SYMBOL = {"eager": "square", "sdpa": "circle", "flex": "diamond", "transformers": "star"}
