@@ -367,8 +367,9 @@ def base_run(preset: LMPreset, scheme: str, seed: int, corpus: Corpus, *, models
             "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(time.process_time() - cpu0, 2)}
 
 
-def _rope_base(preset, seed, corpus, models_dir):
-    """The trained RoPE model of ``seed``: loaded from ``models_dir`` if stage 1 saved it, else trained again
+def _extension_base(preset, seed, corpus, models_dir):
+    """The trained model of ``seed`` the extension stage starts from (``preset.extension_scheme``, declared
+    ``Lab(extended=True)``): loaded from ``models_dir`` if stage 1 saved it, else trained again
     (the same seed gives the same model on the same machine)."""
     scheme = preset.extension_scheme
     init_seed = derive_seed(seed, "init", scheme)
@@ -390,7 +391,7 @@ def extension_run(preset: LMPreset, method: Extension, seed: int, corpus: Corpus
     fine-tuned at ``finetune_length``."""
     cpu0, t0 = time.process_time(), time.perf_counter()
     train, held = _data(corpus)
-    base, init_seed, source = _rope_base(preset, seed, corpus, models_dir)
+    base, init_seed, source = _extension_base(preset, seed, corpus, models_dir)
     position = method.position(preset.factor, preset.train_length)
     record = {"kind": "extension", "run_id": f"extension/{method.name}", "method": method.name,
               "display": method.display, "scheme": preset.extension_scheme, "seed": seed, "position": position,
