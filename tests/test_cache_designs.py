@@ -97,7 +97,8 @@ def test_presets_cite_the_bibliography_and_match_transformers():
     assert D.PATTERNS["Llama 4 Scout"].block[0].span == scout.attention_chunk_size
     cohere = transformers.Cohere2Config()
     block = D.PATTERNS["Command A"].block
-    assert [x.kind == "window" for x in D.repeat(block, 8)] == [t == "sliding_attention" for t in cohere.layer_types[:8]]
+    sliding = [t == "sliding_attention" for t in cohere.layer_types[:8]]
+    assert [x.kind == "window" for x in D.repeat(block, 8)] == sliding
     assert block[0].span == cohere.sliding_window
 
 

@@ -308,8 +308,9 @@ _HF = "transformers 5.24"  # the configuration classes whose defaults are the na
 PATTERNS: dict[str, Pattern] = {p.name: p for p in [
     Pattern("Command A", (Layer("window", 4096),) * 3 + (Layer("global", rotary=False),),
             Published("3 sliding-window RoPE layers : 1 global NoPE layer", "cohere2025commanda",
-                      "architecture: interleaved sliding-window (RoPE) and full (NoPE) attention, 3:1; window 4096 as in Hugging Face's Cohere2Config and the "
-                      "Command R7B config (a model the report calls architecturally similar)"),
+                      "architecture: interleaved sliding-window (RoPE) and full (NoPE) attention, 3:1; "
+                      "window 4096 as in Hugging Face's Cohere2Config and the Command R7B config (a model "
+                      "the report calls architecturally similar)"),
             context=Published(262144, "cohere2025commanda", "model card: context length 256K")),
     Pattern("Gemma 3", (Layer("window", 1024),) * 5 + (Layer("global"),),
             Published("5 local layers (window 1024) : 1 global layer", "gemmateam2025gemma3",

@@ -438,8 +438,9 @@ def heatmap(
     "bias"); ``colorbar_title`` (default: ``value_label``) titles the colour bar, unit
     included. ``cell_text``: a label per cell (rows of strings, one such list per matrix
     when there are several) written in the cells instead of the values, e.g. which
-    scheme a cell stands for while the colour shows a quantity. ``colorscale=None`` picks a sequential scale for data of one sign and a
-    diverging one, centred on ``zmid``, for data of both signs. Labels and titles may
+    scheme a cell stands for while the colour shows a quantity. ``colorscale=None`` picks
+    a sequential scale for data of one sign and a diverging one, centred on ``zmid``,
+    for data of both signs. Labels and titles may
     use LaTeX-like sub- and superscripts (``θ_k``, ``R_p``): they are written as text
     (``style.readable``). ``height`` fixes the height at the column width (px); by
     default it follows the data, at most ``style.MAX_HEIGHT`` less a slider's room.
