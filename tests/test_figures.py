@@ -19,6 +19,19 @@ def test_heatmap_labels_and_values():
     assert trace.texttemplate == "%{z:d}"  # small matrix: values written in the cells
 
 
+def test_heatmap_writes_cell_text_instead_of_the_values():
+    words = [["R", "N", "R"], ["N", "R", "N"]]
+    fig = rp.figures.heatmap(torch.tensor([[1, 2, 3], [4, 5, 6]]), cell_text=words)
+    (trace,) = fig.data
+    assert [list(row) for row in trace.text] == words and trace.texttemplate == "%{text}"
+    assert [t["template"] for t in fig.layout.meta["relpos"]["text"]] == ["%{text}"]  # kept when fitted
+    assert trace.z[1][2] == 6  # the colour still shows the values
+    with pytest.raises(ValueError, match=r"cell_text\[0\] must be 2 rows of 3 strings"):
+        rp.figures.heatmap(torch.zeros(2, 3), cell_text=[["R", "N"], ["N", "R"]])
+    with pytest.raises(ValueError, match="cell_text must have one entry per matrix"):
+        rp.figures.heatmap([torch.zeros(2, 3)] * 2, cell_text=[words])
+
+
 def test_heatmap_side_by_side_shares_the_colour_scale():
     a, b = rp.relative_offsets(5), 2 * rp.relative_offsets(5)
     fig = rp.figures.heatmap([a, b], titles=["a", "b"])

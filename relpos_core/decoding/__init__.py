@@ -15,16 +15,19 @@ Book: "The KV cache" (chapters/07_the_kv_cache.ipynb).
 * ``scale`` (chapters/07b_kv_cache_at_scale.ipynb): bytes per token of MHA, MQA, GQA and MLA
 with published
   configurations as presets, and a decode-step timing of each cache layout,
-  ``python -m relpos_core.decoding --scale --out FILE``.
+  ``python -m relpos_core.decoding --scale --out FILE``;
+* ``designs`` (chapters/07c_position_in_current_models.ipynb): the cache of hybrid layer
+  patterns, partial RoPE, quantised caches and tensor-parallel replication, with the
+  layer patterns of published models as presets.
 
 Only torch is imported here.
 """
 from relpos_core.cache import KVCache
 
-from . import bench, ledger, model, plots, scale
+from . import bench, designs, ledger, model, plots, scale
 from .ledger import bytes_per_token, cache_bytes, shared_position_bytes, step_work
 from .model import NOT_DECODED, SCHEMES, decode_paths, kept_positions
 
-__all__ = ["model", "ledger", "bench", "plots", "scale", "KVCache", "SCHEMES",
+__all__ = ["model", "ledger", "bench", "plots", "scale", "designs", "KVCache", "SCHEMES",
            "NOT_DECODED", "decode_paths", "kept_positions", "cache_bytes", "shared_position_bytes",
            "bytes_per_token", "step_work"]

@@ -160,6 +160,7 @@ class _Panel:
     integer: bool
     cell_need: float  # px a cell needs for its number
     wants_text: bool
+    labels: list[list[str]] | None = None  # cell_text: words written instead of the values
 
     def need(self, font: int) -> float:
         """px a cell needs for its number at ``font`` px (``cell_need`` is at 11 px)."""
@@ -331,7 +332,7 @@ def _figure(go, make_subplots, panels, plan: _Plan, *, style: dict):
             z=shown.tolist(), x=list(range(panel.cols)), y=list(range(panel.rows)), customdata=hover,
             colorscale=style["scale"], zmid=style["centre"], zmin=style["lo"], zmax=style["hi"],
             showscale=last, colorbar=colorbar if last else None,
-            texttemplate=panel.fmt if plan.text[k] else "",
+            text=panel.labels, texttemplate=panel.fmt if plan.text[k] else "",
             textfont=dict(size=plan.font),
             hovertemplate=(f"{style['y_label']} %{{customdata[1]}}<br>{style['x_label']} %{{customdata[0]}}"
                            f"<br>{style['value_label']} %{{customdata[2]}}<extra></extra>"),
@@ -387,6 +388,24 @@ def _figure(go, make_subplots, panels, plan: _Plan, *, style: dict):
     return fig
 
 
+def _cell_text(cell_text, arrays, many) -> list:
+    """``cell_text`` as one list of row lists of strings per matrix (None: the values)."""
+    if cell_text is None:
+        return [None] * len(arrays)
+    per_matrix = list(cell_text) if many else [cell_text]
+    if len(per_matrix) != len(arrays):
+        raise ValueError(f"cell_text must have one entry per matrix ({len(arrays)}), got {len(per_matrix)}")
+    out = []
+    for n, (words, array) in enumerate(zip(per_matrix, arrays)):
+        rows = [list(row) for row in words]
+        if [len(row) for row in rows] != [array.shape[1]] * array.shape[0] or \
+                not all(isinstance(w, str) for row in rows for w in row):
+            raise ValueError(f"cell_text[{n}] must be {array.shape[0]} rows of {array.shape[1]} strings, "
+                             f"one per cell of its {array.shape} matrix")
+        out.append(rows)
+    return out
+
+
 def heatmap(
     matrices,
     *,
@@ -405,6 +424,7 @@ def heatmap(
     height: int | None = None,
     value_label: str = "value",
     colorbar_title: str | None = None,
+    cell_text=None,
 ):
     """One heatmap, or several side by side, as a plotly figure.
 
@@ -416,8 +436,11 @@ def heatmap(
 
     ``value_label`` names the quantity in the hover text ("offset j − i", "bucket",
     "bias"); ``colorbar_title`` (default: ``value_label``) titles the colour bar, unit
-    included. ``colorscale=None`` picks a sequential scale for data of one sign and a
-    diverging one, centred on ``zmid``, for data of both signs. Labels and titles may
+    included. ``cell_text``: a label per cell (rows of strings, one such list per matrix
+    when there are several) written in the cells instead of the values, e.g. which
+    scheme a cell stands for while the colour shows a quantity. ``colorscale=None`` picks
+    a sequential scale for data of one sign and a diverging one, centred on ``zmid``,
+    for data of both signs. Labels and titles may
     use LaTeX-like sub- and superscripts (``θ_k``, ``R_p``): they are written as text
     (``style.readable``). ``height`` fixes the height at the column width (px); by
     default it follows the data, at most ``style.MAX_HEIGHT`` less a slider's room.
@@ -434,6 +457,7 @@ def heatmap(
         else [_as_matrix("matrix", matrices)]
     )
     annotate_max = check_int("annotate_max", annotate_max, min_value=0)
+    labels = _cell_text(cell_text, arrays, many)
     _check_range(zmin, zmax, zmid)
     if height is not None:
         height = check_int("height", height, min_value=100, max_value=4000)
@@ -467,17 +491,19 @@ def heatmap(
     integer_bar = integer_data and float(lo).is_integer() and float(hi).is_integer()
 
     panels = []
-    for array, panel_title in zip(arrays, titles):
+    for array, panel_title, words in zip(arrays, titles, labels):
         rows, cols = array.shape
         values = array[np.isfinite(array)]
         integer = np.issubdtype(array.dtype, np.integer) or bool(np.all(np.mod(values, 1) == 0))
-        fmt = value_format or ("%{z:d}" if integer else "%{z:.2f}")
+        fmt = "%{text}" if words is not None else value_format or ("%{z:d}" if integer else "%{z:.2f}")
         panels.append(_Panel(
             array=array, title=readable(panel_title) or "",
             xs=[readable(x) for x in (x_ticks if x_ticks is not None else range(cols))],
             ys=[readable(y) for y in (y_ticks if y_ticks is not None else range(rows))],
-            fmt=fmt, integer=bool(integer), cell_need=_fit.text_px(_format_values(array, fmt)),
-            wants_text=0 < max(rows, cols) <= annotate_max,
+            fmt=fmt, integer=bool(integer),
+            cell_need=_fit.text_px(_format_values(array, fmt) if words is None else
+                                   [w for row in words for w in row]),
+            wants_text=0 < max(rows, cols) <= annotate_max, labels=words,
         ))
     y_title = readable(y_label)
     widest_y = max(len(_fit.plain(y)) for p in panels for y in p.ys)
