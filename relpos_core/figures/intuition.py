@@ -287,15 +287,16 @@ def _clock_figure(m: int, pairs, *, head_dim: int, base: float, train_length: in
                                  marker=dict(color=colour, size=[6, 9]), hoverinfo="skip"))
         wave = 2 * math.pi * base ** (2 * k / head_dim)
         fig.add_annotation(x=cx, y=cy + 1.45, showarrow=False, font=dict(size=12, color=colour),
-                           text=f"<b>pair {k}</b>, λ = {wave:,.0f}")
+                           text=f"<b>pair {k}</b>, λ = {wave:,.0f}" if wave >= 100 else
+                           f"<b>pair {k}</b>, λ = {wave:.1f}")
         outside = m > train_length - 1 and float(trained[c]) < 1
         note = f"{float(turns[c]):,.2f} turns" + ("<br>off its arc" if outside else "")
         fig.add_annotation(x=cx, y=cy - 1.35, showarrow=False, font=dict(size=11), text=note)
     rows = math.ceil(len(pairs) / columns)
     _blank(fig, height=height, x_range=(-1.35, (columns - 1) * 2.7 + 1.35),
            y_range=(-(rows - 1) * 3.1 - 1.8, 1.75), square=True)
-    times = m / train_length
-    fig.update_layout(title=dict(text=f"position m = {m:,} ({times:.2g} L)", x=0.5,
+    times = "L − 1" if m == train_length - 1 else f"{m / train_length:.2g} L"
+    fig.update_layout(title=dict(text=f"position m = {m:,} ({times})", x=0.5,
                                  xanchor="center", y=0.98, font=dict(size=14)),
                       margin=dict(l=4, r=4, t=36, b=4))
     return fig
