@@ -6,7 +6,8 @@ plotly and ipywidgets are imported on first use, not when relpos_core is importe
 the benchmark's own page, chapters/appendix_benchmark.ipynb);
 ``rp.figures.concepts`` draws the concept figures of the landing page and the
 scheme chapters (chapters/02_shaw_and_skew.ipynb to 06_rope_and_alibi.ipynb);
-``rp.figures.intuition`` the intuition sliders of chapters 02, 06 and 06b.
+``rp.figures.intuition`` the intuition sliders of chapters/02_shaw_and_skew.ipynb,
+chapters/06_rope_and_alibi.ipynb and chapters/06b_rope_context_extension.ipynb.
 """
 from . import bench, concepts, intuition, style
 from .bars import bars
