@@ -102,19 +102,20 @@ def _rope_angle_figure(m: int, n: int, *, q_angle: float, k_angle: float, height
     arc = torch.linspace(start, start + gap, 40)
     fig.add_trace(go.Scatter(x=(0.3 * arc.cos()).tolist(), y=(0.3 * arc.sin()).tolist(),
                              mode="lines", line=dict(color=GREY, width=2), hoverinfo="skip"))
-    for vec, label, colour in ((qm, f"q at m = {m}", SERIES_COLORS[0]),
-                               (kn, f"k at n = {n}", SERIES_COLORS[1])):
+    # labels beyond the tips, spread apart when the arrows are close
+    spread = max(0.0, 0.7 - abs(gap)) / 2 * (1 if gap >= 0 else -1)
+    for vec, label, colour, nudge in ((qm, f"q at m = {m}", SERIES_COLORS[0], -spread),
+                                      (kn, f"k at n = {n}", SERIES_COLORS[1], spread)):
         x, y = float(vec[0]), float(vec[1])
         fig.add_trace(go.Scatter(x=[0, x], y=[0, y], mode="lines+markers",
                                  line=dict(color=colour, width=3),
                                  marker=dict(color=colour, size=[0, 9]), hoverinfo="skip"))
-        fig.add_annotation(x=1.28 * x, y=1.18 * y, showarrow=False, text=label,
-                           font=dict(size=13, color=colour))
-    middle = start + gap / 2
-    fig.add_annotation(x=0.55 * math.cos(middle), y=0.55 * math.sin(middle), showarrow=False,
-                       text=f"{math.degrees(abs(gap)):.0f}°", font=dict(size=12))
+        where = math.atan2(y, x) + nudge
+        fig.add_annotation(x=1.3 * math.cos(where), y=1.18 * math.sin(where), showarrow=False,
+                           text=label, font=dict(size=13, color=colour))
     _blank(fig, height=height, x_range=(-1.75, 1.75), y_range=(-1.35, 1.35), square=True)
-    fig.update_layout(title=dict(text=f"m = {m}, n = {n}: q·k = {score:.3f}", x=0.5,
+    angle = f"{math.degrees(abs(gap)):.0f}°"
+    fig.update_layout(title=dict(text=f"m = {m}, n = {n}: angle {angle}, q·k = {score:.3f}", x=0.5,
                                  xanchor="center", y=0.97, font=dict(size=14)),
                       margin=dict(l=4, r=4, t=40, b=4))
     return fig
@@ -290,7 +291,9 @@ def _clock_figure(m: int, pairs, *, head_dim: int, base: float, train_length: in
                            text=f"<b>pair {k}</b>, λ = {wave:,.0f}" if wave >= 100 else
                            f"<b>pair {k}</b>, λ = {wave:.1f}")
         outside = m > train_length - 1 and float(trained[c]) < 1
-        note = f"{float(turns[c]):,.2f} turns" + ("<br>off its arc" if outside else "")
+        t = float(turns[c])
+        note = (f"{t:,.1f}" if t >= 100 else f"{t:.3g}") + " turns"
+        note += "<br>off its arc" if outside else ""
         fig.add_annotation(x=cx, y=cy - 1.35, showarrow=False, font=dict(size=11), text=note)
     rows = math.ceil(len(pairs) / columns)
     _blank(fig, height=height, x_range=(-1.35, (columns - 1) * 2.7 + 1.35),
