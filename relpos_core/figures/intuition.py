@@ -56,6 +56,12 @@ def _blank(fig, *, height: int, x_range, y_range, square: bool = False) -> None:
                       showlegend=False, font=dict(size=12), dragmode=False)
 
 
+def _r(values) -> list[float]:
+    """Coordinates rounded to 4 decimals: a drawing needs no more, and each slider frame
+    ships its own copy in the page."""
+    return [round(float(v), 4) for v in values]
+
+
 def _minus(x) -> str:
     return str(x).replace("-", "−")
 
@@ -94,20 +100,20 @@ def _rope_angle_figure(m: int, n: int, *, q_angle: float, k_angle: float, height
     qm, kn = _turned(_unit(q_angle), m), _turned(_unit(k_angle), n)  # (2,) each
     score = float(qm @ kn)
     fig = go.Figure()
-    circle = torch.linspace(0, 2 * math.pi, 121)
-    fig.add_trace(go.Scatter(x=circle.cos().tolist(), y=circle.sin().tolist(), mode="lines",
+    circle = torch.linspace(0, 2 * math.pi, 61)
+    fig.add_trace(go.Scatter(x=_r(circle.cos()), y=_r(circle.sin()), mode="lines",
                              line=dict(color=GREY, width=1, dash="dot"), hoverinfo="skip"))
     start = math.atan2(qm[1], qm[0])
     gap = math.remainder(math.atan2(kn[1], kn[0]) - start, 2 * math.pi)  # (-pi, pi]
     arc = torch.linspace(start, start + gap, 40)
-    fig.add_trace(go.Scatter(x=(0.3 * arc.cos()).tolist(), y=(0.3 * arc.sin()).tolist(),
+    fig.add_trace(go.Scatter(x=_r(0.3 * arc.cos()), y=_r(0.3 * arc.sin()),
                              mode="lines", line=dict(color=GREY, width=2), hoverinfo="skip"))
     # labels beyond the tips, spread apart when the arrows are close
     spread = max(0.0, 0.7 - abs(gap)) / 2 * (1 if gap >= 0 else -1)
     for vec, label, colour, nudge in ((qm, f"q at m = {m}", SERIES_COLORS[0], -spread),
                                       (kn, f"k at n = {n}", SERIES_COLORS[1], spread)):
         x, y = float(vec[0]), float(vec[1])
-        fig.add_trace(go.Scatter(x=[0, x], y=[0, y], mode="lines+markers",
+        fig.add_trace(go.Scatter(x=_r([0, x]), y=_r([0, y]), mode="lines+markers",
                                  line=dict(color=colour, width=3),
                                  marker=dict(color=colour, size=[0, 9]), hoverinfo="skip"))
         where = math.atan2(y, x) + nudge
@@ -267,23 +273,23 @@ def _clock_figure(m: int, pairs, *, head_dim: int, base: float, train_length: in
     turns = clock_turns([m], pairs, head_dim=head_dim, base=base)[0]  # (K,)
     trained = clock_turns([train_length - 1], pairs, head_dim=head_dim, base=base)[0]
     fig = go.Figure()
-    circle = torch.linspace(0, 2 * math.pi, 121)
+    circle = torch.linspace(0, 2 * math.pi, 61)
     columns = 2 if len(pairs) > 1 else 1
     for c, k in enumerate(pairs):
         cx, cy = (c % columns) * 2.7, -(c // columns) * 3.1
         colour = SERIES_COLORS[c % len(SERIES_COLORS)]
         # clock convention: 12 o'clock is angle 0, hands turn clockwise
-        fig.add_trace(go.Scatter(x=(cx + circle.sin()).tolist(), y=(cy + circle.cos()).tolist(),
+        fig.add_trace(go.Scatter(x=_r(cx + circle.sin()), y=_r(cy + circle.cos()),
                                  mode="lines", line=dict(color=GREY, width=1, dash="dot"),
                                  hoverinfo="skip"))
         seen = min(float(trained[c]), 1.0) * 2 * math.pi  # the arc met in training
-        arc = torch.linspace(0, seen, 121)
-        fig.add_trace(go.Scatter(x=(cx + arc.sin()).tolist(), y=(cy + arc.cos()).tolist(),
+        arc = torch.linspace(0, seen, 61)
+        fig.add_trace(go.Scatter(x=_r(cx + arc.sin()), y=_r(cy + arc.cos()),
                                  mode="lines", line=dict(color=NEUTRAL, width=7),
                                  opacity=0.45, hoverinfo="skip"))
         angle = 2 * math.pi * float(turns[c])
-        fig.add_trace(go.Scatter(x=[cx, cx + 0.92 * math.sin(angle)],
-                                 y=[cy, cy + 0.92 * math.cos(angle)], mode="lines+markers",
+        fig.add_trace(go.Scatter(x=_r([cx, cx + 0.92 * math.sin(angle)]),
+                                 y=_r([cy, cy + 0.92 * math.cos(angle)]), mode="lines+markers",
                                  line=dict(color=colour, width=3),
                                  marker=dict(color=colour, size=[6, 9]), hoverinfo="skip"))
         wave = 2 * math.pi * base ** (2 * k / head_dim)
