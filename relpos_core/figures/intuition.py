@@ -185,15 +185,16 @@ def _skew_figure(step: str, L: int, *, height: int):
     row = s - len(SKEW_STEPS) if s >= len(SKEW_STEPS) else None
     fig = go.Figure(go.Scatter(x=[0], y=[0], mode="markers", marker=dict(opacity=0),
                                hoverinfo="skip"))  # one trace: the drawing is shapes
+    shapes, notes = [], []  # set once at the end: one add_shape per cell is slow
 
     def cell(x, y, value, *, faded=False, outline=None, w=1.0):
         text, fill, ink = _skew_cell(value, L)
-        fig.add_shape(type="rect", x0=x, x1=x + w, y0=y, y1=y + 1, fillcolor=fill,
-                      opacity=0.3 if faded else 1.0, layer="below",
-                      line=dict(color=outline or GREY, width=3 if outline else 1))
+        shapes.append(dict(type="rect", x0=x, x1=x + w, y0=y, y1=y + 1, fillcolor=fill,
+                           opacity=0.3 if faded else 1.0, layer="below",
+                           line=dict(color=outline or GREY, width=3 if outline else 1)))
         font = dict(size=11, **({"color": ink} if ink else {}))
-        fig.add_annotation(x=x + w / 2, y=y + 0.5, text=text, showarrow=False, font=font,
-                           opacity=0.3 if faded else 1.0)
+        notes.append(dict(x=x + w / 2, y=y + 0.5, text=text, showarrow=False, font=font,
+                          opacity=0.3 if faded else 1.0))
 
     # the strip of flat memory, and the runs of it each step calls a row
     lit = set(reads[row].tolist()) if row is not None else set()
@@ -201,17 +202,18 @@ def _skew_figure(step: str, L: int, *, height: int):
         cell(c, 0, value, faded=s >= 3 and c < L, outline=HIGHLIGHT if c in lit else None)
     if s >= 1:  # flat indices under the strip
         for c in range(size):
-            fig.add_annotation(x=c + 0.5, y=-0.35, text=str(c), showarrow=False,
-                               font=dict(size=9, color=GREY))
+            notes.append(dict(x=c + 0.5, y=-0.35, text=str(c), showarrow=False,
+                              font=dict(size=9, color=GREY)))
     run = L + 1 if s == 0 else L
     runs = [] if s == 1 else [(a, min(a + run, size)) for a in range(0, size, run)]
     for n, (a, b) in enumerate(runs):
         label = (f"row {n}" if s <= 2 else "drop" if n == 0 else f"out {n - 1}")
         bold = row is not None and n == row + 1
-        fig.add_shape(type="line", x0=a + 0.1, x1=b - 0.1, y0=1.25, y1=1.25,
-                      line=dict(color=HIGHLIGHT if bold else GREY, width=3 if bold else 1.5))
-        fig.add_annotation(x=(a + b) / 2, y=1.65, text=f"<b>{label}</b>" if bold else label,
-                           showarrow=False, font=dict(size=11))
+        shapes.append(dict(type="line", x0=a + 0.1, x1=b - 0.1, y0=1.25, y1=1.25,
+                           line=dict(color=HIGHLIGHT if bold else GREY,
+                                     width=3 if bold else 1.5)))
+        notes.append(dict(x=(a + b) / 2, y=1.65, text=f"<b>{label}</b>" if bold else label,
+                          showarrow=False, font=dict(size=11)))
     # the 2-D view the step gives the same memory
     grids = {0: padded, 2: padded.reshape(L + 1, L), 3: padded.reshape(L + 1, L)[1:]}
     grid = grids.get(min(s, 3))
@@ -228,6 +230,7 @@ def _skew_figure(step: str, L: int, *, height: int):
     if row is not None:
         first = int(reads[row, 0])
         titles[s] = f"row {row} reads cells {first}–{first + L - 1}"
+    fig.update_layout(shapes=shapes, annotations=notes)
     _blank(fig, height=height, x_range=(-0.3, size + 0.3), y_range=(-2.4 - (L + 1), 2.0))
     fig.update_layout(title=dict(text=titles[s], x=0.5, xanchor="center", y=0.97,
                                  font=dict(size=14)), margin=dict(l=4, r=4, t=40, b=4))
