@@ -5,13 +5,15 @@ plotly and ipywidgets are imported on first use, not when relpos_core is importe
 ``rp.figures.bench`` draws the benchmark's results (chapters/08_what_it_costs.ipynb and
 the benchmark's own page, chapters/appendix_benchmark.ipynb);
 ``rp.figures.concepts`` draws the concept figures of the landing page and the
-scheme chapters (chapters/02_shaw_and_skew.ipynb to 06_rope_and_alibi.ipynb).
+scheme chapters (chapters/02_shaw_and_skew.ipynb to 06_rope_and_alibi.ipynb);
+``rp.figures.flowchart`` draws the decision guide of chapters/11_choosing_a_scheme.ipynb.
 """
 from . import bench, concepts, style
 from .bars import bars
+from .flowchart import flowchart
 from .heatmap import heatmap
 from .lines import line
 from .slider import SliderFigure, slider
 from .table import NumberedTable, table
 
-__all__ = ["style", "heatmap", "line", "slider", "SliderFigure", "table", "NumberedTable", "bars", "bench", "concepts"]
+__all__ = ["style", "heatmap", "line", "slider", "SliderFigure", "table", "NumberedTable", "bars", "flowchart", "bench", "concepts"]
