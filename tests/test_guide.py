@@ -35,13 +35,16 @@ SOLVED[(0.001, 0)] = True
 
 
 def test_level_reads_every_run_not_only_the_solved_ones():
-    lv = G.level(_result(ACC, SOLVED), "t/x", "L16")
+    res = _result(ACC, SOLVED)
+    lv = G.level(res, "t/x", "L16")
     assert set(lv) == {0.001, 0.003}
-    assert lv[0.001]["n"] == 3 and lv[0.001]["solved"] == 1
+    for lr in lv:  # every run counts; ``solved`` is the lab's own count, whatever its rule
+        assert lv[lr]["n"] == 3
+        assert lv[lr]["solved"] == R.solved(res, "t/x", budget=4, lr=lr)[0] < 3
     assert math.isclose(lv[0.001]["mean"], 0.9)
     iv = R.t_interval([1.0, 0.9, 0.8])
     assert math.isclose(lv[0.001]["low"], iv["low"]) and lv[0.001]["high"] > 0.9
-    assert lv[0.003]["solved"] == 0 and math.isclose(lv[0.003]["mean"], 0.81)
+    assert math.isclose(lv[0.003]["mean"], 0.81)
     assert G.span(lv) == "0.90 / 0.81"
     assert G.interval_text(lv[0.001]).startswith("0.90 [")
 
