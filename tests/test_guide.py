@@ -2,6 +2,7 @@
 (``relpos_core.lab.guide``) and the flowchart (``relpos_core.figures.flowchart``)."""
 from __future__ import annotations
 
+import importlib
 import math
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 import relpos_core as rp
 
 G, R = rp.lab.guide, rp.lab.results
+FLOW = importlib.import_module("relpos_core.figures.flowchart")  # the module, not the function
 
 
 def _result(accuracies: dict, solved: dict) -> dict:
@@ -78,26 +80,55 @@ STEPS = [("Question one?", "yes", "<b>Answer</b><br>two lines", "no"),
          ("Question two,<br>on two lines?", "no", "Second answer", "yes")]
 
 
-def test_flowchart_draws_every_box_and_its_text_in_one_column():
-    fig = rp.figures.flowchart(STEPS, "The end<br>of it")
-    rects = [s for s in fig.layout.shapes if s.type == "rect"]
+def _layouts(fig) -> dict:
+    """The wide layout and the narrow one the figure script applies below 600 px."""
+    narrow = fig.layout.meta["relpos"]["narrow"]
+    assert narrow["below"] == FLOW.NARROW_BELOW
+    return {"wide": fig.layout.to_plotly_json(), "narrow": narrow["layout"]}
+
+
+def _rects(layout: dict) -> list[dict]:
+    return [s for s in layout["shapes"] if s["type"] == "rect"]
+
+
+def _texts(layout: dict) -> list[str]:
+    return [a["text"] for a in layout["annotations"]]
+
+
+@pytest.mark.parametrize("which", ["wide", "narrow"])
+def test_flowchart_draws_every_box_and_its_text(which):
+    layout = _layouts(rp.figures.flowchart(STEPS, "The end<br>of it"))[which]
+    rects = _rects(layout)
     assert len(rects) == 2 * len(STEPS) + 1
-    assert all(s.x1 == 1.0 for s in rects)  # every box reaches the right edge
-    texts = [a.text for a in fig.layout.annotations]
+    texts = _texts(layout)
     for question, branch, answer, onward in STEPS:
         assert question in texts and answer in texts
         assert f"<i>{branch}</i>" in texts and f"<i>{onward}</i>" in texts
-    # boxes follow one another from the top, without overlapping
-    tops = sorted((s.y0, s.y1) for s in rects)
-    assert all(a[1] < b[0] for a, b in zip(tops, tops[1:]))
-    assert fig.layout.height >= tops[-1][1]
-    assert fig.layout.yaxis.range[0] > fig.layout.yaxis.range[1]  # y grows downwards
+    assert "The end<br>of it" in texts
+    # boxes in one column follow one another from the top, without overlapping
+    columns: dict = {}
+    for r in rects:
+        columns.setdefault(r["x0"] < 0.5, []).append((r["y0"], r["y1"]))
+    for spans in columns.values():
+        spans.sort()
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+    assert layout["height"] >= max(r["y1"] for r in rects)
+    assert layout["yaxis"]["range"][0] > layout["yaxis"]["range"][1]  # y grows down
+
+
+def test_flowchart_is_two_columns_wide_and_one_on_a_phone():
+    layouts = _layouts(rp.figures.flowchart(STEPS, "end"))
+    wide, narrow = (_rects(layouts[k]) for k in ("wide", "narrow"))
+    assert {r["x1"] for r in wide} == {0.45, 1.0}  # questions left, answers right
+    assert {r["x1"] for r in narrow} == {1.0}  # every box the column's width
+    assert layouts["wide"]["height"] < layouts["narrow"]["height"]
 
 
 def test_flowchart_grows_with_its_lines():
-    short = rp.figures.flowchart(STEPS, "end")
-    tall = rp.figures.flowchart(STEPS, "end<br>and<br>more")
-    assert tall.layout.height == short.layout.height + 2 * 17
+    short = _layouts(rp.figures.flowchart(STEPS, "end"))
+    tall = _layouts(rp.figures.flowchart(STEPS, "end<br>and<br>more"))
+    for which in ("wide", "narrow"):
+        assert tall[which]["height"] == short[which]["height"] + 2 * 17
 
 
 @pytest.mark.parametrize("steps, end, param", [
