@@ -16,7 +16,7 @@ scheme (not only those its solve rule counts as solved), at one budget:
 * :func:`everywhere`: whether a test holds at every learning rate (the rule for stating
   a claim; otherwise the guide says "not shown");
 * :func:`span`: a short text of the per-learning-rate means ("0.12 / 0.13"), for the
-  boxes of the decision figure.
+  boxes of the decision figure, and :func:`interval_text`, one mean with its interval.
 
 Accuracies are fractions in [0, 1]; differences are A minus B.
 """
