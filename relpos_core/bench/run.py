@@ -340,6 +340,10 @@ def run_benchmark(preset: str = "cpu", *, device=None, budget=_PRESET, progress:
         p["clock"] = "cpu"
     if device.type == "cuda" and p["clock"] == "cpu":
         p["clock"] = "cuda"
+    if p.get("peers"):  # relpos_core against the peers' implementations (relpos_core.bench.peers)
+        from relpos_core.bench.peers.run import run_peers
+
+        return run_peers(p, device=device, log=log)
     on_row = on_row or (lambda row: None)
     dtype = getattr(torch, p["dtype"])
     threads_before = torch.get_num_threads()
