@@ -61,13 +61,15 @@ def kernel_causal(scheme: str) -> bool:
     return _KERNEL_CAUSAL[scheme]
 
 
-def kernel_term(row: Row, dtype: torch.dtype, pairing: str | None = None, table: torch.Tensor | None = None):
-    """relpos_core's term for a kernel row with the row's own parameters, in ``dtype``."""
+def kernel_term(row: Row, dtype: torch.dtype, pairing: str | None = None, learnable: bool = False):
+    """(relpos_core's term for a kernel row with the row's own parameters in ``dtype``, its leaves):
+    ``learnable`` makes the T5 table a fresh leaf that a backward reaches (the leaves to reset)."""
     from relpos_core.schemes import alibi, rope, t5
 
     if row.scheme == "t5":
-        table = row.t5_table.to(dtype) if table is None else table
-        return t5.position_term(table, bidirectional=True, max_distance=row.max_distance)
+        table = row.t5_table.to(dtype).clone().requires_grad_(learnable)  # (num_buckets, H)
+        term = t5.position_term(table, bidirectional=True, max_distance=row.max_distance)
+        return term, [table] if learnable else []
     if row.scheme == "alibi":
-        return alibi.position_term(row.H, slopes=row.alibi_slopes.to(dtype))
-    return rope.position_term(base=row.rope_base, pairing=pairing or "rotate_half")
+        return alibi.position_term(row.H, slopes=row.alibi_slopes.to(dtype)), []
+    return rope.position_term(base=row.rope_base, pairing=pairing or "rotate_half"), []

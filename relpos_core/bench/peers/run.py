@@ -87,15 +87,12 @@ def _rotates(scheme: str) -> bool:
 
 def _kernel_build(form, backend, pairing, compiled):
     def build(row: Row) -> Built:
-        table = None
-        if row.t5_table is not None and row.scheme == "t5":
-            table = row.t5_table.clone().requires_grad_(True)  # a leaf: the train rows' gradient reaches it
-        term = kernel_term(row, row.dtype, pairing=pairing, table=table)
+        term, leaves = kernel_term(row, row.dtype, pairing=pairing, learnable=True)  # the train rows reach leaves
         opts = dict(compiled=compiled) if backend == "flex" else {}
 
         def fn(q, k, v):
             return attend(q, k, v, term, form=form, backend=backend, causal=row.causal, **opts)  # (B, H, L, d)
-        return Built(fn, [table] if table is not None else [])
+        return Built(fn, leaves)
     return build
 
 
@@ -145,7 +142,7 @@ def _inputs(row: Row, dtype, seed: int = 0) -> _Inputs:
 def _reference(row: Row, contender: Contender, x64: _Inputs) -> torch.Tensor:
     """relpos_core's float64 computation of the row (eager backend), with the contender's pairing."""
     if row.kind == "kernel":
-        term = kernel_term(row, torch.float64, pairing=contender.pairing)
+        term, _ = kernel_term(row, torch.float64, pairing=contender.pairing)
         return attend(x64.q, x64.k, x64.v, term, backend="eager", causal=row.causal)  # (B, H, L, d)
     spec = _hf().module_spec(row, torch.float64)
     q, k, v, term = spec.prepare(x64.hidden)
