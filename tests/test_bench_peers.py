@@ -40,9 +40,22 @@ def test_every_peer_library_is_found_and_covers_the_rows():
 def test_each_contender_equals_the_float64_reference_at_a_tiny_shape(contender):
     row = peers_run.make_row(contender.scheme, contender.kind, 16, QUICK, "cpu")
     x, x64 = peers_run._inputs(row, torch.float32), peers_run._inputs(row, torch.float64)
-    diff, reason = peers_run.check_contender(row, contender, contender.build(row), x, x64)
-    assert reason is None, reason
-    assert diff <= peers_run.tolerance(torch.float32)
+    for mode in ("forward", "train"):  # train: the gradients into q, k, v (the hidden states) too
+        diff, reason = peers_run.check_contender(row, contender, contender.build(row), x, x64, mode)
+        assert reason is None, reason
+        assert diff <= peers_run.tolerance(torch.float32)
+
+
+def test_a_wrong_gradient_is_refused_from_a_train_row():
+    """A contender whose forward is right but whose backward is not (a detached key)."""
+    peer = next(c for c in CONTENDERS if c.library == "rotary-embedding-torch")
+    row = peers_run.make_row("rope", "kernel", 16, QUICK, "cpu")
+    x, x64 = peers_run._inputs(row, torch.float32), peers_run._inputs(row, torch.float64)
+    built = peer.build(row)
+    broken = dataclasses.replace(built, fn=lambda q, k, v: built.fn(q, k.detach(), v))
+    assert peers_run.check_contender(row, peer, broken, x, x64, "forward")[1] is None
+    diff, reason = peers_run.check_contender(row, peer, broken, x, x64, "train")
+    assert reason is not None and "gradient" in reason and diff > 1e-3, (diff, reason)
 
 
 def _wrong_table(contender: Contender) -> Contender:

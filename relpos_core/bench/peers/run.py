@@ -7,8 +7,8 @@ Its contenders: every registry path of the scheme on ``rp.attend`` and the peers
 implementations (``relpos_core.bench.peers``), all given the same q, k, v (or hidden states)
 and the same bias parameters (the row's T5 table and ALiBi slopes are copied into each).
 
-1. **Checked first**: each contender's output is compared with relpos_core's float64
-   computation of the same call (``rp.attend`` on the eager backend in float64, with the
+1. **Checked first**: each contender's output (and in a train row its gradients into
+   q, k, v) is compared with relpos_core's float64 computation of the same call (``rp.attend`` on the eager backend in float64, with the
    contender's RoPE pairing; module rows: the same module built in float64). Over the
    tolerance it is refused from the round, with the difference as its reason.
 2. **Timed in one run**: the bursts of every accepted contender of every row are
@@ -153,18 +153,43 @@ def _call(built: Built, row: Row, x: _Inputs):
     return built.fn(x.q, x.k, x.v) if row.kind == "kernel" else built.fn(x.hidden)
 
 
-def check_contender(row: Row, contender: Contender, built: Built, x: _Inputs, x64: _Inputs) -> tuple[float, str | None]:
-    """(max |output - float64 reference| relative to max(1, |ref|), the refusal reason or None)."""
-    with torch.no_grad():
-        got = _call(built, row, x).double()
-        ref = _reference(row, contender, x64)
+def _rel_diff(got: torch.Tensor, ref: torch.Tensor) -> float:
     if got.shape != ref.shape:
-        return math.inf, f"output shape {tuple(got.shape)}, the reference's {tuple(ref.shape)}"
-    diff = float((got - ref).abs().max()) / max(1.0, float(ref.abs().max()))
+        return math.inf
+    return float((got.double() - ref).abs().max()) / max(1.0, float(ref.abs().max()))
+
+
+def _input_grads(fn, x: _Inputs, kind: str) -> list[torch.Tensor]:
+    """Gradients of out.sum() with respect to q, k, v (kernel rows) or the hidden states (module rows)."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in ((x.q, x.k, x.v) if kind == "kernel" else (x.hidden,))]
+    with torch.enable_grad():
+        fn(*leaves).sum().backward()
+    return [torch.zeros_like(t) if t.grad is None else t.grad for t in leaves]  # None: no gradient reached it
+
+
+def check_contender(row: Row, contender: Contender, built: Built, x: _Inputs, x64: _Inputs,
+                    mode: str = "forward") -> tuple[float, str | None]:
+    """(max |result - float64 reference| relative to max(1, |ref|), the refusal reason or None).
+
+    The result is the output; for a ``train`` row also the gradients into q, k, v (hidden)."""
+    with torch.no_grad():
+        diff = _rel_diff(_call(built, row, x), _reference(row, contender, x64))
+    what = "output"
+    if mode == "train" and diff <= tolerance(row.dtype):
+        def ref_fn(*leaves):
+            inputs = _Inputs(*leaves, x64.hidden) if row.kind == "kernel" else _Inputs(x64.q, x64.k, x64.v, *leaves)
+            return _reference(row, contender, inputs)
+        got = _input_grads(built.fn, x, row.kind)
+        ref = _input_grads(ref_fn, x64, row.kind)
+        for t in built.params:  # the contender's own tables: their gradients are not compared, only reset
+            t.grad = None
+        grad_diff = max(_rel_diff(g, r) for g, r in zip(got, ref))
+        if not grad_diff <= diff:
+            diff, what = grad_diff, "gradient"
     tol = tolerance(row.dtype)
     if not diff <= tol:  # NaN refused too
-        return diff, (f"differs from relpos_core's float64 reference by {diff:.3g} (relative to max(1, |ref|); "
-                      f"tolerance {tol:g}): refused from the round")
+        return diff, (f"its {what} differs from relpos_core's float64 reference by {diff:.3g} (relative to "
+                      f"max(1, |ref|); tolerance {tol:g}): refused from the round")
     return diff, None
 
 
@@ -234,7 +259,7 @@ def run_peers(preset: dict, *, device="cpu", log=print, contenders: list[Contend
                         records.append(rec)
                         try:
                             built = c.build(row)
-                            diff, reason = check_contender(row, c, built, x, x64)
+                            diff, reason = check_contender(row, c, built, x, x64, mode)
                             rec["max_rel_diff_vs_float64"] = diff
                             if reason is not None:
                                 rec.update(status="refused", reason=reason)
