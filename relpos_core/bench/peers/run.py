@@ -2,15 +2,17 @@
 
 A row is (scheme, kind, mode, L): ``kind`` "kernel" (q, k, v (B, H, L, d) in, the attention out)
 or "module" (a Hugging Face layer's hidden states in and out, projections included), ``mode``
-"forward" or "train" (forward + backward into q, k, v and the bias tables; kernel rows).
+"forward" or "train" (forward + backward into q, k, v and the bias tables; kernel rows;
+FlexAttention, which has no CPU backward, only forward).
 Its contenders: every registry path of the scheme on ``rp.attend`` and the peers'
 implementations (``relpos_core.bench.peers``), all given the same q, k, v (or hidden states)
 and the same bias parameters (the row's T5 table and ALiBi slopes are copied into each).
 
 1. **Checked first**: each contender's output (and in a train row its gradients into
-   q, k, v) is compared with relpos_core's float64 computation of the same call (``rp.attend`` on the eager backend in float64, with the
-   contender's RoPE pairing; module rows: the same module built in float64). Over the
-   tolerance it is refused from the round, with the difference as its reason.
+   q, k, v) is compared with relpos_core's float64 computation of the same call
+   (``rp.attend`` on the eager backend in float64, with the contender's RoPE pairing;
+   module rows: the same module built in float64). Over the tolerance it is refused
+   from the round, with the difference as its reason.
 2. **Timed in one run**: the bursts of every accepted contender of every row are
    interleaved in shuffled rounds (``relpos_core.measure.timing.interleaved``), process CPU
    time as the clock; each contender's ``x_fastest`` is its median over the row's fastest.
