@@ -23,16 +23,17 @@ CONTENDERS, MISSING = peers_run.peer_contenders()
 
 
 def _rows():
-    p = QUICK
-    return [(s, "kernel") for s in p["kernel_schemes"]] + [(s, "module") for s in p["module_schemes"]]
+    return sorted({(c.scheme, c.kind) for c in CONTENDERS})
 
 
-def test_every_peer_library_is_found_and_covers_the_rows():
+def test_every_peer_library_is_found_and_every_row_has_relpos_core_paths():
     assert not MISSING, MISSING
     libraries = {c.library for c in CONTENDERS}
     assert libraries == {"x-transformers", "rotary-embedding-torch", "transformers"}
+    kinds = {k for _, k in _rows()}
+    assert kinds == {"kernel", "module"}
     for scheme, kind in _rows():
-        assert any(c.scheme == scheme and c.kind == kind for c in CONTENDERS), (scheme, kind)
+        assert peers_run.relpos_contenders(scheme, kind, flex=True, compiled=True), (scheme, kind)
 
 
 @pytest.mark.parametrize("contender", CONTENDERS + [c for s, k in _rows() for c in peers_run.relpos_contenders(
@@ -67,7 +68,7 @@ def _wrong_table(contender: Contender) -> Contender:
 
 def test_a_contender_that_disagrees_is_refused_from_the_round():
     peer = next(c for c in CONTENDERS if c.library == "x-transformers" and c.scheme == "t5")
-    p = dict(QUICK, kernel_schemes=["t5"], modes=["forward"], module_schemes=[], repeats=1)
+    p = dict(QUICK, modes=["forward"], repeats=1)  # one row: the peer's (T5, kernel, forward)
     result = peers_run.run_peers(p, log=lambda *a: None, contenders=[peer, _wrong_table(peer)])
     by_name = {r["contender"]: r for r in result["rows"]}
     broken = by_name[peer.name + " (wrong table)"]
@@ -89,8 +90,7 @@ def test_the_peers_quick_preset_end_to_end(tmp_path):
         assert r["status"] == "ok", r
         rows.setdefault((r["scheme"], r["kind"], r["mode"], r["L"]), []).append(r)
     assert {(s, k, m) for s, k, m, _ in rows} == {
-        *((s, "kernel", m) for s in QUICK["kernel_schemes"] for m in ("forward", "train")),
-        *((s, "module", "forward") for s in QUICK["module_schemes"])}
+        *((s, k, m) for s, k in _rows() for m in (("forward", "train") if k == "kernel" else ("forward",)))}
     for key, group in rows.items():
         assert min(r["x_fastest"] for r in group) == 1.0, key  # ratios to the row's fastest
         assert {r["library"] for r in group} >= {"relpos_core"} and len({r["library"] for r in group}) >= 2, key

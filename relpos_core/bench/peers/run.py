@@ -220,10 +220,14 @@ def _timed_fn(built: Built, row: Row, x: _Inputs, mode: str):
     return train
 
 
-def _rows_of(p: dict) -> list[tuple[str, str, str]]:
-    """(scheme, kind, mode) of every row the preset asks for."""
-    rows = [(s, "kernel", m) for s in p["kernel_schemes"] for m in p["modes"]]
-    rows += [(s, "module", "forward") for s in p["module_schemes"]]
+def _rows_of(p: dict, contenders: list[Contender]) -> list[tuple[str, str, str]]:
+    """(scheme, kind, mode): a row for every (scheme, kind) some peer implements, in the preset's
+    modes (module rows: forward only), in the order the adapters list them."""
+    rows = []
+    for c in contenders:
+        for mode in (p["modes"] if c.kind == "kernel" else ["forward"]):
+            if (c.scheme, c.kind, mode) not in rows:
+                rows.append((c.scheme, c.kind, mode))
     return rows
 
 
@@ -249,7 +253,7 @@ def run_peers(preset: dict, *, device="cpu", log=print, contenders: list[Contend
     try:
         with memory_budget(p["budget"]):
             for L in p["lengths"]:
-                for scheme, kind, mode in _rows_of(p):
+                for scheme, kind, mode in _rows_of(p, contenders):
                     row = make_row(scheme, kind, L, p, device, seed=p.get("seed", 0))
                     x, x64 = _inputs(row, row.dtype), _inputs(row, torch.float64)
                     ours = relpos_contenders(scheme, kind, flex=p["flex"] and mode == "forward",
