@@ -87,7 +87,7 @@ def test_the_peers_quick_preset_end_to_end(tmp_path):
     assert data["provenance"]["threads"] == 1 and not data["provenance"]["peers_missing"]
     rows = {}
     for r in data["rows"]:
-        assert r["status"] == "ok", r
+        assert r["status"] == "ok" and isinstance(r["noisy"], bool) and r["time_ms"]["n"] == QUICK["repeats"], r
         rows.setdefault((r["scheme"], r["kind"], r["mode"], r["L"]), []).append(r)
     assert {(s, k, m) for s, k, m, _ in rows} == {
         *((s, k, m) for s, k in _rows() for m in (("forward", "train") if k == "kernel" else ("forward",)))}

@@ -48,11 +48,11 @@ PRESETS = {
     # (relpos_core.bench.peers; a row for every scheme a peer implements): a DeBERTa-v3-sized
     # layer (H=8, d=64, S=256 log buckets)
     "peers": dict(peers=True, B=1, H=8, d=64, lengths=[256, 1024, 2048], dtype="float32", budget=2**32,
-                  threads=1, repeats=5, min_burst_ms=20.0, flex=True, compiled=True, att_span=256,
-                  modes=["forward", "train"]),
+                  threads=1, repeats=5, min_burst_ms=20.0, spread_threshold=0.20, flex=True, compiled=True,
+                  att_span=256, modes=["forward", "train"]),
     "peers_quick": dict(peers=True, B=1, H=2, d=8, lengths=[16], dtype="float32", budget=2**28, threads=1,
-                        repeats=2, min_burst_ms=0.2, flex=False, compiled=False, att_span=8,
-                        modes=["forward", "train"]),
+                        repeats=2, min_burst_ms=0.2, spread_threshold=0.5, flex=False, compiled=False,
+                        att_span=8, modes=["forward", "train"]),
 }
 # Flex kernel options to try, in order, when a compiled kernel runs out of GPU shared memory
 # (the H200 reference needed num_stages=2 forward and 64 x 64 blocks, one stage, for backward).

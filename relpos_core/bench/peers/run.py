@@ -290,13 +290,15 @@ def run_peers(preset: dict, *, device="cpu", log=print, contenders: list[Contend
         t.record["iters"] = t.iters
         t.record["time_ms"] = bench_stats.summarize([s["cpu_ms"] for s in t.samples])
         t.record["ms"] = t.record["time_ms"]["median"]
+        t.record["noisy"] = t.record["time_ms"]["spread"] > p["spread_threshold"]  # (q3 - q1) / median
     _add_ratios(records)
     provenance = dict(**machine(device, commit=commit), preset=p["name"],
                       sizes={k: v for k, v in p.items() if k not in ("budget", "name")},
                       threads=int(p["threads"]) if p.get("threads") else threads_before,
                       peers_missing=missing, versions=_versions(),
                       clock="process CPU time of the bursts; every accepted contender of every row interleaved in "
-                            f"{p['repeats']} shuffled rounds",
+                            f"{p['repeats']} shuffled rounds; noisy: spread (q3 - q1) / median over "
+                            f"{p['spread_threshold']}",
                       check=f"each contender's output against relpos_core's float64 computation, tolerance "
                             f"{tolerance(getattr(torch, p['dtype'])):g} relative to max(1, |reference|)")
     return dict(schema=SCHEMA, complete=True, provenance=provenance, rows=records, summary=summarize_rows(records),
@@ -352,9 +354,11 @@ def format_peers(result: dict) -> str:
         row = f"{r['scheme']} {r['kind']} {r['mode']}"
         ms = f"{r['ms']:.3f}" if "ms" in r else "-"
         x = f"{r['x_fastest']:.2f}" if "x_fastest" in r else "-"
-        lines.append(f"{r['L']:>5} {row:<22} {r['contender'][:58]:<58} {r['status']:<8} {ms:>9} {x:>9}")
+        flag = "*" if r.get("noisy") else " "
+        lines.append(f"{r['L']:>5} {row:<22} {r['contender'][:58]:<58} {r['status']:<8} {ms:>9}{flag}{x:>9}")
         if r["status"] != "ok":
             lines.append(f"{'':>5}   -> {r['reason'][:200]}")
+    lines.append("* noisy: the bursts' spread (q3 - q1) / median is over the preset's threshold")
     lines.append("")
     lines.append(f"{'L':>5} {'row':<22} {'relpos_core best (x fastest)':<44} {'best peer (x fastest)':<44}")
     for s in result["summary"]:
