@@ -19,7 +19,8 @@ tensor that grows with Lq Lk is allocated, ``attend``
 4. counts the bytes the path will allocate (``measure.analytic.peak_bytes``) and raises
    ``MemoryBudgetError`` over the budget, naming the cheapest path that fits and accepts
    the call;
-5. scans q, k, v (and the term's tables) for NaN and inf.
+5. scans q, k, v (and the term's tables) for NaN and inf, one pass per tensor
+   (``torch.aminmax``: a NaN or inf reaches the min or the max).
 
 Behaviour shared by every path: causality is a mask (never part of a bias); a query
 whose mask hides every key gets a zero output row; non-finite q, k or v are refused
@@ -93,14 +94,36 @@ def choose_form(term: PositionTerm, form: str | None) -> str:
     return "gather" if term.offset_only else "naive"
 
 
+def _dense_view(t: torch.Tensor) -> torch.Tensor:
+    """t with its dimensions permuted into memory order when that makes it contiguous (a transposed
+    (B, L, H, d) projection): ``aminmax`` then reads it in place instead of copying it."""
+    if t.is_contiguous():
+        return t
+    p = t.permute(sorted(range(t.dim()), key=lambda i: -t.stride(i)))
+    return p if p.is_contiguous() else t
+
+
 def _check_finite(tensors) -> None:
-    """One device read for every tensor: are they all finite? Names the first that is not."""
-    tensors = [(name, t) for name, t in tensors if not t.is_meta]  # meta tensors hold no values to scan
-    if not tensors:
+    """One pass over each tensor and one device read for all of them: are they all finite?
+
+    ``torch.aminmax`` reads a tensor once and allocates nothing that grows with it (a tensor
+    not dense in memory, a slice, is copied first); a NaN makes both its min and max NaN and
+    an inf reaches one of them, so the tensor is finite iff both are (``isfinite(t).all()``
+    wrote |t| and three boolean masks of t's size). Integer tensors are finite by
+    construction. Names the first that is not.
+    """
+    scanned = []
+    for name, t in tensors:
+        if t.is_meta or t.numel() == 0:  # meta tensors hold no values to scan; empty ones hold none
+            continue
+        if t.is_complex():
+            t = torch.view_as_real(t)
+        if t.is_floating_point():
+            scanned.append((name, _dense_view(t.detach())))
+    if not scanned:
         return
-    names = [name for name, _ in tensors]
-    ok = torch.stack([torch.isfinite(t).all() for _, t in tensors]).tolist()
-    for name, good in zip(names, ok):
+    ok = torch.stack([torch.isfinite(torch.stack(torch.aminmax(t))).all() for _, t in scanned]).tolist()
+    for (name, _), good in zip(scanned, ok):
         if not good:
             raise ValueError(f"{name} holds non-finite values (NaN or inf); pass check_finite=False to let "
                              f"them through (then they reach the output as each kernel propagates them)")

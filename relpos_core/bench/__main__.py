@@ -18,7 +18,7 @@ import platform
 import signal
 import sys
 
-from relpos_core.bench.presets import MAX_LENGTH, PRESETS
+from relpos_core.bench.presets import MAX_LENGTH, PRESETS, SCHEMA
 from relpos_core.bench.report import figure_page, format_table
 from relpos_core.bench.run import _PRESET, check_device, run_benchmark
 from relpos_core.budget import MAX_BUDGET
@@ -207,7 +207,9 @@ def _write(args, output: Output, result: dict) -> int:
         print(f"{len(result['rows'])} row(s) prepared: {result['provenance']['interrupted']}")
     else:
         print(format_table(result))
-    missing = " (no figure page: --no-figures)" if args.no_figures else " (plotly missing or interrupted: no page)"
+    missing = (" (no figure page: --no-figures)" if args.no_figures else
+               " (no figure page for a peers run)" if result["schema"] != SCHEMA else
+               " (plotly missing or interrupted: no page)")
     print(f"wrote {output.path}" + (f" and {page}" if page else missing))
     if not result["complete"]:
         print("the run was interrupted: the file holds what was measured (complete: false)", file=sys.stderr)

@@ -6,7 +6,10 @@ Book: "What it costs" (chapters/08_what_it_costs.ipynb).
 * ``cpu`` (the default without ``--gpu``): four lengths for every path, FlexAttention
   compiled, one intra-op thread, process CPU time as the clock (on a shared machine
   wall-clock time also counts the time other processes held the core);
-* ``gpu`` (``--gpu``): L up to 16384, B=1, H=16, d=64, bf16, CUDA events.
+* ``gpu`` (``--gpu``): L up to 16384, B=1, H=16, d=64, bf16, CUDA events;
+* ``peers``: relpos_core against x-transformers, rotary-embedding-torch and Hugging Face
+  (``relpos_core.bench.peers``), L = 256, 1024, 2048, B=1, H=8, d=64, float32, one thread;
+  ``peers_quick``: the same rows at a tiny shape (tests).
 
 A preset has a ``size`` ("small", "medium", "large"): each scheme's declaration says what
 value of its distance parameter a preset of that size uses (``Distance.for_preset``), and
@@ -58,6 +61,15 @@ PRESETS = {
                 block_skip_cases=_block_skip_cases("large"),
                 train_schemes=_train_schemes("large"), train_lengths=[1024, 2048, 4096], modules=True,
                 module_lengths=[1024, 2048, 4096]),
+    # relpos_core side by side with x-transformers, rotary-embedding-torch and Hugging Face
+    # (relpos_core.bench.peers; a row for every scheme a peer implements): a DeBERTa-v3-sized
+    # layer (H=8, d=64, S=256 log buckets)
+    "peers": dict(peers=True, B=1, H=8, d=64, lengths=[256, 1024, 2048], dtype="float32", budget=2**32,
+                  threads=1, repeats=5, min_burst_ms=20.0, spread_threshold=0.20, flex=True, compiled=True,
+                  att_span=256, modes=["forward", "train"]),
+    "peers_quick": dict(peers=True, B=1, H=2, d=8, lengths=[16], dtype="float32", budget=2**28, threads=1,
+                        repeats=2, min_burst_ms=0.2, spread_threshold=0.5, flex=False, compiled=False,
+                        att_span=8, modes=["forward", "train"]),
 }
 # Flex kernel options to try, in order, when a compiled kernel runs out of GPU shared memory
 # (the H200 reference needed num_stages=2 forward and 64 x 64 blocks, one stage, for backward).

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 
 from relpos_core.bench import stats as bench_stats
+from relpos_core.bench.presets import SCHEMA
 from relpos_core.budget import format_bytes
 
 __all__ = ["format_table", "figure_page"]
@@ -18,6 +19,10 @@ def _fmt_bytes(n):
 
 def format_table(result: dict) -> str:
     """Plain-text table of every row and the growth exponents (all from this one run)."""
+    from relpos_core.bench.peers.run import SCHEMA as PEERS_SCHEMA, format_peers
+
+    if result.get("schema") == PEERS_SCHEMA:
+        return format_peers(result)
     head = (f"{'L':>6} {'path':<52} {'status':<7} {'ms':>9} {'spread':>6} {'x sdpa0':>8} {'x flex0':>8} "
             f"{'x best':>7} {'peak':>10} {'/analytic':>9} {'sdpa':<6}")
     lines = [head, "-" * len(head)]
@@ -63,7 +68,10 @@ def format_table(result: dict) -> str:
 
 
 def figure_page(result: dict) -> str | None:
-    """One HTML page with the per-scheme figures and the exponents (None without plotly)."""
+    """One HTML page with the per-scheme figures and the exponents (None without plotly or for a
+    peers run, which has no figure page yet)."""
+    if result.get("schema") != SCHEMA:
+        return None
     try:
         import plotly  # noqa: F401
     except ImportError:

@@ -336,6 +336,13 @@ def run_benchmark(preset: str = "cpu", *, device=None, budget=_PRESET, progress:
             raise ValueError(f"budget must be a number of bytes in [1, 2**62] or None, got {budget!r}")
         p["budget"] = budget
     device = check_device(device if device is not None else ("cuda" if preset == "gpu" else "cpu"))
+    if p.get("peers"):  # relpos_core against the peers' implementations (relpos_core.bench.peers)
+        from relpos_core.bench.peers.run import run_peers
+
+        if device.type != "cpu":
+            raise ValueError(f"device must be cpu for the {preset} preset (its clock is process CPU time), "
+                             f"got {device}")
+        return run_peers(p, device=device, log=log)
     if p["clock"] == "cuda" and device.type != "cuda":
         p["clock"] = "cpu"
     if device.type == "cuda" and p["clock"] == "cpu":

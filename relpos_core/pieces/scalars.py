@@ -13,6 +13,8 @@ The offset pieces are computed per pair (``naive``: the [Lq, Lk] offsets, then t
 bias), or per offset then indexed (``gather``: Lq + Lk - 1 values, then the dense bias
 read through one int64 column per pair; FlexAttention reads the per-offset table in its
 kernel). None has a skew (a strided view of scalars saves nothing over the gather).
+ALiBi's gather on the dense backends reads no table at all: slope x distance is one
+multiply per pair, so it builds the distance from the positions (no int64 column per pair).
 """
 from __future__ import annotations
 
@@ -186,6 +188,23 @@ class ScalarSlopes(_OffsetScalar):
         return [Alloc("offsets as floats (|.| and its negation when symmetric)", (3 if self.symmetric else 1, n),
                       dtype), *super().value_allocs(n, dtype)]
 
+    def logits(self, form, q, k, pos, dtype):
+        """naive: the int64 offsets per pair, then slope x offset. gather: the value is linear in
+        the offset, so the dense bias needs no per-offset table and no int64 column per pair:
+        the positions as floats, one subtraction and one multiply per pair."""
+        if form == "naive":
+            return super().logits(form, q, k, pos, dtype)
+        exact = _distance_dtype(pos, dtype)  # float32 (float64 for spans past 2^24 or float64 inputs)
+        base = pos.min_query  # positions relative to the first query: exact in float32 up to 2^24
+        key = (pos.key - base).to(exact)  # (Lk,)
+        query = (pos.query - base).to(exact)  # (Lq,)
+        dist = key[None, :] - query[:, None]  # (Lq, Lk) key_pos - query_pos
+        if self.symmetric:
+            dist = dist.abs_().neg_()
+        dist = dist.to(dtype)  # as the per-offset values were: the exact distance rounded once
+        slopes = self.slopes.to(dtype)[:, None, None]  # (H, 1, 1)
+        return (slopes * dist).unsqueeze(0)  # (1, H, Lq, Lk)
+
     def score_mod(self, form, q, k, pos):
         slopes = self.slopes.float().contiguous()  # (H,)
         if form == "naive":
@@ -200,7 +219,20 @@ class ScalarSlopes(_OffsetScalar):
     def allocations(self, form, backend, s):
         if backend == "flex":
             return [Alloc("offsets per pair", (s.Lq * s.Lk,), I64)] if form == "naive" else []
+        if form == "gather":  # the distance per pair in float32 (and in the input dtype), the bias
+            P, exact = s.Lq * s.Lk, torch.float64 if s.dtype == torch.float64 else F32
+            cast = [Alloc("distance per pair in the input dtype", (P,), s.dtype)] if s.dtype != exact else []
+            return [Alloc("positions from the first query", (s.Lq + s.Lk,), I64),
+                    Alloc("positions as floats", (s.Lq + s.Lk,), exact), Alloc("distance per pair", (P,), exact),
+                    *cast, Alloc(f"{self.name} per pair", (s.H, P), s.dtype)]
         return super().allocations(form, backend, s)
+
+
+def _distance_dtype(pos, dtype: torch.dtype) -> torch.dtype:
+    """float32, or float64 for float64 inputs or positions more than 2^24 apart (float32 holds
+    every integer up to 2^24 exactly)."""
+    span = max(pos.max_key, pos.max_query) - min(pos.min_key, pos.min_query)
+    return torch.float64 if dtype == torch.float64 or span >= 2**24 else F32
 
 
 @dataclass(frozen=True)
