@@ -112,7 +112,7 @@ class ForgettingPosition(PositionModule):
 
 
 SCHEME = Scheme(
-    name="forgetting", color="#b8860b", short="FoX", display="Forgetting attention (FoX)", paper="Lin et al. 2025",
+    name="forgetting", color="#de77ae", short="FoX", display="Forgetting attention (FoX)", paper="Lin et al. 2025",
     cite="lin2025forgetting", chapter=None, convention="none",
     formula=r"\textstyle\sum_{l=j+1}^{i} \log \sigma(w^\top k_l + b)",
     code="relpos_core.schemes.forgetting.forgetting_bias", injects="scalar on the logit",
