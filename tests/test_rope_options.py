@@ -282,3 +282,25 @@ def test_a_model_with_the_options_decodes_as_it_recomputes(scheme, position, lay
                                                               num_layers=2, max_positions=16), seed=3,
                                   dtype=torch.float64)
     assert (plain(tokens) - full).abs().max() > 1e-4  # the option changes the model: the comparison can fail
+
+
+# -- the byte count: what the options add is counted within the guard's bound -----------------------------------
+@pytest.mark.parametrize("scheme,spec", [("rope", dict(method="llama4")), ("rope", dict(method="ssmax")),
+                                         ("none", dict(method="log_length")), ("none", dict(method="ssmax"))],
+                         ids=lambda x: x if isinstance(x, str) else x["method"])
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_the_length_scaling_bytes_are_counted_within_the_bound(scheme, spec, backend):
+    from relpos_core.measure import measure_peak_memory
+    from relpos_core.measure.analytic import BOUND, peak_bytes
+
+    B, Lq, Lk, d = 2, 24, 37, 16
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, n, d, generator=g) for n in (Lq, Lk, Lk))
+    term = (rope if scheme == "rope" else none).position_term(length_scaling=_scaling(spec, torch.float32))
+    with torch.no_grad():
+        measured = measure_peak_memory(lambda: rp.attend(q, k, v, term, backend=backend, causal=True))
+    counted = peak_bytes(term, "none", backend, B=B, H=H, Lq=Lq, Lk=Lk, d=d, causal=True)
+    bare = peak_bytes(rp.terms.NO_POSITION if scheme == "none" else rope.position_term(), "none", backend, B=B, H=H,
+                      Lq=Lq, Lk=Lk, d=d, causal=True)
+    assert measured <= counted <= BOUND * measured, (measured, counted)
+    assert counted - bare >= B * H * Lq * d * 4  # the scaled query is counted
