@@ -304,3 +304,26 @@ def test_the_length_scaling_bytes_are_counted_within_the_bound(scheme, spec, bac
                       Lq=Lq, Lk=Lk, d=d, causal=True)
     assert measured <= counted <= BOUND * measured, (measured, counted)
     assert counted - bare >= B * H * Lq * d * 4  # the scaled query is counted
+
+
+@pytest.mark.parametrize("scheme,spec", [("rope", dict(method="llama4")), ("none", dict(method="ssmax")),
+                                         ("rope", dict(method="log_length"))],
+                         ids=lambda x: x if isinstance(x, str) else x["method"])
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_the_options_compile_without_a_graph_break(scheme, spec, backend):
+    """As every registry path does (tests/test_compile.py): a decode step, p-RoPE with a length scaling."""
+    import torch._dynamo as dynamo
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, H, n, D, generator=g) for n in (1, 9, 9))
+    extra = dict(keep_fraction=0.5) if scheme == "rope" else {}
+    term = (rope if scheme == "rope" else none).position_term(length_scaling=_scaling(spec, torch.float32), **extra)
+
+    def step(q, k, v):
+        return rp.attend(q, k, v, term, backend=backend, causal=True, check_finite=False)
+
+    dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        explained = dynamo.explain(step)(q, k, v)
+    assert explained.graph_break_count == 0, [str(b.reason).splitlines()[0] for b in explained.break_reasons]
