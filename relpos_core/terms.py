@@ -134,6 +134,11 @@ class PositionTerm:
         return tuple(p for p in self.all_pieces if p.stage != "rotary")
 
     @property
+    def query_pieces(self) -> tuple:
+        """The pre-kernel pieces other than the rotation (length scaling): each changes q first."""
+        return tuple(p for p in self.pieces if p.stage == "rotary")
+
+    @property
     def logit_pieces(self) -> tuple:
         return tuple(p for p in self.formed if p.stage != "output")
 

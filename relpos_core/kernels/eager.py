@@ -34,7 +34,7 @@ def zero_empty_rows(x: torch.Tensor, pos) -> torch.Tensor:
 
 def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:
     """(B, H, Lq, d) output; arguments already validated by ``relpos_core.attend``."""
-    q_content, q_pos, k = prepare_qk(q, k, term, pos)
+    q_content, q_pos, k = prepare_qk(q, k, term, pos, causal)
     content = q_content @ k.transpose(-2, -1)  # (B, H, Lq, Lk) content score
     del q_content
     scores = compose_logits(term, form, q_pos, k, pos, content.dtype, term.logit_scale(q.shape[-1]), content=content)

@@ -215,7 +215,7 @@ def attention(q, k, v, term, *, form: str, pos, causal: bool, compiled: bool = T
             f"the SDPA backend (form {form!r}) so gradients reach the tables. This materialises a dense "
             f"[B|1, H, Lq, Lk] bias; on CUDA the flex backend trains without it.", FlexCPUBackwardWarning, stacklevel=3)
         return sdpa.attention(q, k, v, term, form=form, pos=pos, causal=causal)
-    q_content, q_pos, k = prepare_qk(q, k, term, pos)
+    q_content, q_pos, k = prepare_qk(q, k, term, pos, causal)
     in_score_mod = causal and not block_skipping
     score_mod = build_score_mod(term, form, q_pos, k, pos, causal_in_score_mod=in_score_mod)
     if causal and block_skipping:

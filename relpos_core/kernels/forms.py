@@ -28,14 +28,16 @@ FORMS = ("none", "naive", "gather", "skew")
 BACKENDS = ("eager", "sdpa", "flex")
 
 
-def prepare_qk(q: torch.Tensor, k: torch.Tensor, term, pos):
-    """Rotate (RoPE) and shift (Transformer-XL's u) the inputs.
+def prepare_qk(q: torch.Tensor, k: torch.Tensor, term, pos, causal: bool = False):
+    """Rotate (RoPE), scale (a length scaling: ``term.query_pieces``) and shift (Transformer-XL's u) the inputs.
 
     Returns (q_content (B, H, Lq, d) for the content score q . k, q (B, H, Lq, d) for the
     position terms, k (B, H, Lk, d)). Without rotary or shift these are the inputs.
     """
     if term.rotary is not None:
         q, k = rotate_qk(q, k, term.rotary, pos)  # (B, H, Lq, d), (B, H, Lk, d)
+    for piece in term.query_pieces:
+        q = piece.prepare_query(q, pos, causal)  # (B, H, Lq, d)
     q_content = q if term.content_shift is None else q + term.content_shift[None, :, None, :].to(q.dtype)
     return q_content, q, k
 

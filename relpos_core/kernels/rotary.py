@@ -11,7 +11,9 @@ by an ``attention_factor``). Rotating q_i by angle ``i theta`` and k_j by ``j th
 gives ``q^T R((j - i) theta) k``: the score depends on j - i only (``key_minus_query``).
 Two layouts pair the dimensions: ``rotate_half`` (k with k + r/2: GPT-NeoX, Hugging
 Face) and ``interleaved`` (2k with 2k + 1: the paper, GPT-J, Meta's LLaMA code). With
-``rotary_dim < d`` (partial rotary) the dimensions after the first r pass through.
+``rotary_dim < d`` (partial rotary) the dimensions after the first r pass through; with
+``keep_fraction`` p < 1 (p-RoPE) the lowest-frequency pairs get frequency 0 and pass
+unrotated (``relpos_core.pieces.rotary.Rotary`` says how the two differ).
 
 xPos (``decay``) also scales q_n by ``zeta^((n - c) / B)`` and k_m by ``zeta^(-(m - c) / B)``
 with ``zeta_k = (2k / r + gamma) / (1 + gamma)``: q . k gains ``zeta^((n - m) / B)``. The
@@ -81,9 +83,16 @@ def inverse_frequencies(rotary, head_dim: int, *, seq_len: int | None = None, de
     """
     r = _rotary_dim(rotary, head_dim)
     if rotary.scaling is not None:
-        return rotary.scaling.inverse_frequencies(r, rotary.base, seq_len=seq_len, device=device).to(dtype)
-    exponent = torch.arange(0, r, 2, dtype=torch.int64, device=device).to(torch.float64) / r
-    return (1.0 / (rotary.base ** exponent)).to(dtype)  # (r/2,)
+        inv = rotary.scaling.inverse_frequencies(r, rotary.base, seq_len=seq_len, device=device).to(dtype)
+    else:
+        exponent = torch.arange(0, r, 2, dtype=torch.int64, device=device).to(torch.float64) / r
+        inv = (1.0 / (rotary.base ** exponent)).to(dtype)  # (r/2,)
+    kept = rotary.kept_pairs(head_dim)
+    if kept < r // 2:  # p-RoPE: the lowest frequencies removed, those pairs pass unrotated (angle 0)
+        if kept < 1:
+            rotary.check(1, head_dim)  # raises, naming keep_fraction
+        inv = torch.cat([inv[:kept], inv.new_zeros(r // 2 - kept)])  # (r/2,)
+    return inv
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, *, base: float = 10000.0,

@@ -37,7 +37,7 @@ def dense_bias(term, q_pos, k, pos, form: str, dtype: torch.dtype) -> torch.Tens
 
 def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:
     """(B, H, Lq, d) output; arguments already validated by ``relpos_core.attend``."""
-    q_content, q_pos, k = prepare_qk(q, k, term, pos)
+    q_content, q_pos, k = prepare_qk(q, k, term, pos, causal)
     Lq, Lk = pos.query_len, pos.key_len
     mask = dense_bias(term, q_pos, k, pos, form, q.dtype)  # (1|B, H, Lq, Lk) or None
     is_causal = False

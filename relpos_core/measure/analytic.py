@@ -121,8 +121,9 @@ def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: in
     if check_finite:  # torch.aminmax per tensor: nothing for a dense one, a copy of a slice (an upper bound)
         scan = max(n * es for n in (B * H * Lq * d, B * H * Lk * d))
     base = _I64 * Lk  # the key positions
-    if term.rotary is not None:
-        base += _piece_bytes(term.rotary, form, backend, sizes)
+    for piece in term.all_pieces:  # what changes q and k before the kernel: the rotation, a length scaling
+        if piece.stage == "rotary":
+            base += _piece_bytes(piece, form, backend, sizes)
     if term.content_shift is not None:
         base += Xq
     if backend == "flex" and not (grad and device_type == "cpu"):

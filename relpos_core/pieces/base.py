@@ -23,8 +23,11 @@ each one, never naming a piece class:
   what one decode step computes for it beyond the q . k and p . v over the ``context`` kept
   keys (a description and its multiply-adds; ``relpos_core.decoding.ledger.step_work``). A
   piece that does not declare it is an error naming the piece, never counted as no work.
-* **where it enters** the concept figure: ``stage`` ("rotary", "vector", "scalar" or
-  "output"), and ``kind``, its short name in tables and messages; ``heads``, the head count
+* **what it does to q first**: a piece of stage "rotary" held in ``PositionTerm.pieces``
+  (length scaling) changes the query before any kernel, ``prepare_query(q, pos, causal)``;
+  RoPE's own rotation is the term's ``rotary`` slot.
+* **where it enters** the concept figure: ``stage`` ("rotary": q and k changed before the
+  kernel, "vector", "scalar" or "output"), and ``kind``, its short name in tables and messages; ``heads``, the head count
   its tensors fix (None when any fits).
 
 A new kind of piece is one subclass; nothing else in the library needs to know it.
@@ -118,6 +121,11 @@ class Piece:
     def logits(self, form: str, q: torch.Tensor, k: torch.Tensor, pos, dtype: torch.dtype) -> torch.Tensor:
         """Its logit contribution (B|1, H, Lq, Lk), fresh (the caller adds into it), unscaled."""
         raise ValueError(self.refusal(form, "eager"))
+
+    def prepare_query(self, q: torch.Tensor, pos, causal: bool) -> torch.Tensor:
+        """A pre-kernel piece's query (B, H, Lq, d), changed (fresh), for every form and backend."""
+        raise ValueError(f"{self.name} ({self.kind}) is a piece of stage {self.stage!r} that does not say what it "
+                         f"does to the query: give it prepare_query(q, pos, causal)")
 
     def score_mod(self, form: str, q: torch.Tensor, k: torch.Tensor, pos):
         """A reader ``(b, h, q_idx, kv_idx, off) -> value`` for FlexAttention's score_mod, unscaled."""

@@ -54,6 +54,7 @@ class Rotary(Piece):
     rotary_dim: int | None = None
     scaling: object | None = None
     decay: XPosDecay | None = None
+    keep_fraction: float = 1.0
     kind: ClassVar[str] = "rotary"
     stage: ClassVar[str] = "rotary"
     computes: ClassVar = {form: ALL_BACKENDS for form in ("none", "naive", "gather", "skew")}
@@ -67,8 +68,24 @@ class Rotary(Piece):
             r = check_int("rotary_dim", self.rotary_dim, min_value=2)
             if r % 2:
                 raise ValueError(f"rotary_dim must be even (dimensions are rotated in pairs), got {r}")
+        p = self.keep_fraction
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 < float(p) <= 1:
+            raise ValueError(f"keep_fraction must be a real number in (0, 1] (the fraction of rotated pairs "
+                             f"p-RoPE keeps, highest frequencies first), got {p!r}")
+        object.__setattr__(self, "keep_fraction", float(p))
         if self.decay is not None and not isinstance(self.decay, XPosDecay):
             raise ValueError(f"decay must be an XPosDecay or None, got {type(self.decay).__name__}")
+
+    def kept_pairs(self, head_dim: int) -> int:
+        """How many of the r / 2 pairs turn (p-RoPE: floor(p r / 2), the highest frequencies; else all)."""
+        r = head_dim if self.rotary_dim is None else min(self.rotary_dim, head_dim)
+        return math.floor(self.keep_fraction * (r // 2) + 1e-9)
+
+    def check(self, num_heads, head_dim):
+        if self.kept_pairs(head_dim) < 1:
+            r = head_dim if self.rotary_dim is None else min(self.rotary_dim, head_dim)
+            raise ValueError(f"keep_fraction = {self.keep_fraction} keeps no pair of the {r // 2} rotated pairs "
+                             f"(head size {head_dim}): use keep_fraction >= {2 / r} or the scheme 'none'")
 
     @property
     def dynamic(self) -> bool:
@@ -90,7 +107,7 @@ class Rotary(Piece):
         if layout not in ("rotated", "unrotated"):
             raise ValueError(f"layout must be 'rotated' or 'unrotated' for a rotation (how the cache keeps keys), "
                              f"got {layout!r}")
-        r = head_dim if self.rotary_dim is None else min(self.rotary_dim, head_dim)
+        r = 2 * self.kept_pairs(head_dim)  # the dimensions that turn (p-RoPE leaves the others)
         if layout == "rotated":
             return "rotate the new query and the new key, once", 2 * 2 * num_heads * r
         return "rotate the new query and every kept key", 2 * num_heads * r * (context + 1)

@@ -8,28 +8,49 @@ Book: "Why relative positions" (chapters/01_why_relative_positions.ipynb).
 Sign convention: ``none`` (no offset is formed). Bidirectional attention without positions
 is permutation-equivariant ("Why relative positions" shows it); a causal mask alone breaks that
 symmetry.
+
+Option ``length_scaling`` (as RoPE's, ``relpos_core.pieces.length_scaling``): NoPE with
+each query's logits multiplied by a factor of its length or position, as Llama 4's layers
+without positions do (``{"type": "llama4", "floor_scale": 8192, "attn_scale": 0.1}``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relpos_core.schemes.declaration import Bench, Lab, PositionModule, Scheme
+from relpos_core.pieces import length_scaling as lengths
+from relpos_core.schemes.declaration import Bench, Lab, Scheme
+from relpos_core.schemes.rope import ScaledPosition
+from relpos_core.terms import PositionTerm
 
-__all__ = ["NoneOptions", "NoPosition", "SCHEME"]
+__all__ = ["NoneOptions", "NoPosition", "position_term", "SCHEME"]
+
+
+def position_term(length_scaling=None) -> PositionTerm | None:
+    """No term (None), or a term that only scales each query by its length factor."""
+    scaled = lengths.from_config(length_scaling)
+    return None if scaled is None else PositionTerm(scheme="none", convention="none", pieces=(scaled,))
 
 
 @dataclass(frozen=True)
 class NoneOptions:
-    """No settings."""
+    """``length_scaling``: None (nothing at all), or a length scaling of the logits (module docstring)."""
+
+    length_scaling: object | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "length_scaling", lengths.from_config(self.length_scaling))
 
 
-class NoPosition(PositionModule):
-    """Adds nothing: every layer's term is None."""
+class NoPosition(ScaledPosition):
+    """Adds nothing: every layer's term is None (or only its length scaling)."""
+
+    def term(self, layer, attention):
+        return position_term(self.layer_scaling(layer))
 
 
 def example(num_heads, head_dim, options, *, device=None, dtype=None, generator=None):
-    """No term."""
-    return None
+    """No term (or the length scaling alone)."""
+    return position_term(lengths.example(options.length_scaling, num_heads, device, dtype))
 
 
 SCHEME = Scheme(
