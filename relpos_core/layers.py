@@ -18,8 +18,11 @@ one (base 1M); SmolLM3 and Llama 4 drop RoPE from every fourth layer. A model sa
 A pattern is spelled ``"scheme[@option=value,...]"``, ``window`` being the layer's own
 option and every other the scheme's (numbers parsed as int or float):
 ``pattern("rope@window=4096", repeat=3, then="none", cycles=2)`` is eight layers, three
-windowed RoPE layers and one global NoPE layer, twice. ``cache_bytes`` is the cache's
-size by formula, which ``KVCache.nbytes`` is tested against.
+windowed RoPE layers and one global NoPE layer, twice. The same model as one string
+(its ``TransformerConfig.label``, what the lab and the language-model lab take where
+they take a scheme name): ``"rope@window=4096 x3, none, rope@window=4096 x3, none"``
+(``parse_pattern``). ``cache_bytes`` is the cache's size by formula, which
+``KVCache.nbytes`` is tested against.
 """
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ from relpos_core._validate import check_int, check_positive_int
 from relpos_core.cache import POSITION_BYTES
 from relpos_core.schemes.declaration import ModelShape, PositionModule
 
-__all__ = ["LayerSpec", "pattern", "HybridPosition", "cache_bytes", "bytes_per_token"]
+__all__ = ["LayerSpec", "pattern", "parse_pattern", "is_pattern", "pattern_label", "HybridPosition", "cache_bytes",
+           "bytes_per_token"]
 
 
 def _value(text: str):
@@ -103,6 +107,35 @@ def pattern(layer, *, repeat: int = 1, then=(), cycles: int = 1) -> tuple[LayerS
     tail = (then,) if isinstance(then, (str, LayerSpec)) else tuple(then)
     block = (LayerSpec.parse(layer),) * repeat + tuple(LayerSpec.parse(t) for t in tail)
     return block * cycles
+
+
+def pattern_label(layers) -> str:
+    """One string for a sequence of layers: runs of equal layers as ``"spec xN"``, joined by ", "."""
+    runs = []
+    for spec in (str(LayerSpec.parse(layer)) for layer in layers):
+        if runs and runs[-1][0] == spec:
+            runs[-1][1] += 1
+        else:
+            runs.append([spec, 1])
+    return ", ".join(spec if n == 1 else f"{spec} x{n}" for spec, n in runs)
+
+
+def is_pattern(name) -> bool:
+    """True when ``name`` is a pattern string (``"rope@window=8 x3, none"``), not one registry name."""
+    return isinstance(name, str) and name not in schemes.names() and any(c in name for c in "@, ")
+
+
+def parse_pattern(text: str) -> tuple[LayerSpec, ...]:
+    """The layers of a pattern string (``pattern_label``'s inverse): ``"rope@window=8 x3, none"``."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"a pattern must be a string such as 'rope@window=8 x3, none', got {text!r}")
+    layers = []
+    for part in text.split(", "):
+        spec, _, count = part.strip().rpartition(" x")
+        if not spec or not count.isdigit():
+            spec, count = part.strip(), "1"
+        layers += [LayerSpec.parse(spec)] * check_positive_int(f"the repeat count of {part!r}", int(count))
+    return tuple(layers)
 
 
 class HybridPosition(PositionModule):

@@ -42,7 +42,7 @@ from relpos_core._validate import check_choice, check_int, check_positive_int, c
 from relpos_core.attend import attend
 from relpos_core.cache import POSITION_FRAMES, ROPE_LAYOUTS, KVCache, weights_identity
 from relpos_core.kernels.rotary import rotate
-from relpos_core.layers import HybridPosition, LayerSpec
+from relpos_core.layers import HybridPosition, LayerSpec, pattern_label
 from relpos_core.schemes.declaration import ModelShape
 
 __all__ = ["TransformerConfig", "Transformer", "Attention", "Block", "decode_paths", "kept_positions",
@@ -142,15 +142,7 @@ class TransformerConfig:
     @property
     def label(self) -> str:
         """The scheme's name, or the layers' pattern (``"rope@window=4 x3, none"``)."""
-        if self.layers is None:
-            return self.scheme
-        runs = []
-        for spec in map(str, self.layers):
-            if runs and runs[-1][0] == spec:
-                runs[-1][1] += 1
-            else:
-                runs.append([spec, 1])
-        return ", ".join(spec if n == 1 else f"{spec} x{n}" for spec, n in runs)
+        return self.scheme if self.layers is None else pattern_label(self.layers)
 
     @property
     def entry(self) -> schemes.Entry:

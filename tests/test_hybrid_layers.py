@@ -17,6 +17,8 @@
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -323,8 +325,8 @@ def _relpos_attention(attn, x, term, window, *, backend):
 
 @pytest.mark.parametrize("name", ["smollm3", "gemma3", "cohere2", "llama4"])
 def test_hugging_face_parity_per_layer(name):
-    """Attention-layer parity in float64 (``EXACT_TOL``; ``ROTATED_TOL`` for rotating layers): the models differ from relpos'
-    Transformer in non-position ways (norms, MLPs, MoE, Cohere's parallel block), so the
+    """Attention-layer parity in float64 (``EXACT_TOL``; ``ROTATED_TOL`` for rotating layers): the
+    models differ from relpos' Transformer in non-position ways (norms, MLPs, MoE, Cohere's parallel block), so the
     comparison is per attention layer; the layer pattern is read from the Hugging Face config
     by ``relpos_core.oracles.hybrid`` and run by the relpos model's own terms and windows."""
     hf = _hf_model(name)
@@ -366,3 +368,51 @@ def test_hugging_face_features_not_reproduced_are_refused():
     config_class, _, extra = _hf_configs()["gemma3"]
     with pytest.raises(ValueError, match="softcapping"):
         hybrid.gemma3_layers(config_class(**HF, **{**extra, "attn_logit_softcapping": 50.0}))
+
+
+# -- the lab and the language-model lab name a hybrid model by its pattern string ---------------------------
+
+def test_pattern_strings_round_trip_and_bad_ones_are_refused():
+    from relpos_core.layers import is_pattern, parse_pattern
+
+    layers = pattern("rope@base=500000,window=8", repeat=3, then="none", cycles=2)
+    label = TransformerConfig(layers=layers, **SMALL).label
+    assert label == "rope@base=500000,window=8 x3, none, rope@base=500000,window=8 x3, none"
+    assert parse_pattern(label) == layers and is_pattern(label) and not is_pattern("rope")
+    with pytest.raises(ValueError, match="repeat count"):
+        parse_pattern("rope x0, none")
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        parse_pattern("rope x3, nope")
+
+
+def test_the_lab_trains_a_hybrid_named_by_its_pattern():
+    import json
+    from dataclasses import replace
+
+    from relpos_core.lab.presets import get_preset
+    from relpos_core.lab.train import train_run
+
+    preset = get_preset("tiny")
+    tasks = {k: replace(t, cap=4, batch_size=8, eval_rows=4, probes=t.probes[:1]) for k, t in preset.tasks.items()}
+    quick = replace(preset, tasks=tasks, solve_threshold=1.0, solve_window=50, warmup_steps=2)
+    spec = replace(quick.run("retrieval/none"), variant="rnope-swa", scheme="rope@window=8 x1, none")
+    record, model = train_run(quick, spec, seed=0, lr=3e-3)
+    assert model.config.windows == (8, None) and record["model"]["layers"] == "rope@window=8, none"
+    json.dumps(record)  # the record is JSON (the results file)
+    assert record["steps"] == 16 and all(math.isfinite(c[1]) for c in record["curve"])
+
+
+def test_the_language_model_lab_builds_a_hybrid_named_by_its_pattern():
+    from relpos_core.lab.models import build_model
+    from relpos_core.lm import presets, train
+
+    p = presets.get_preset("tiny")
+    name = "rope@window=16, none"
+    model = build_model(train.model_config(p, name), seed=0)
+    assert model.config.label == name and model.config.num_layers == 2
+    tokens = torch.randint(0, 256, (2, 24))
+    loss = torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten())
+    loss.backward()
+    assert all(p.grad is not None for p in model.blocks.parameters())
+    with pytest.raises(ValueError, match="position must be empty for a layer pattern"):
+        train.model_config(p, name, position={"base": 3.0})

@@ -86,7 +86,10 @@ def _position_options(preset: LMPreset, scheme: str, extra: dict | None = None) 
     """The scheme's options: randomised positions drawn from the longest evaluation range
     (any scheme whose options have a ``max_positions`` field), plus ``extra``."""
     from relpos_core import schemes
+    from relpos_core.layers import is_pattern
 
+    if is_pattern(scheme):  # a model whose layers differ: each layer spells its own options
+        return dict(extra or {})
     options_cls = schemes.lookup(scheme).scheme.options
     names = {f.name for f in dataclasses.fields(options_cls)} if dataclasses.is_dataclass(options_cls) else set()
     out = {}
