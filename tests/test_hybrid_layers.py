@@ -94,6 +94,33 @@ def test_window_block_mask_over_several_blocks(W):
         torch.testing.assert_close(out, v)
 
 
+@pytest.mark.parametrize("W, offset", [(1, None), (37, None), (128, None), (129, None), (200, None), (37, 150)])
+def test_window_block_tables_list_every_visible_block_and_only_whole_ones_as_full(W, offset):
+    """FlexAttention's eager reference evaluates the mask at every pair, so the tables that let the
+    compiled kernel skip blocks are checked here directly: a block listed as full must be visible
+    at every pair (no mask is applied there), and every block with a visible pair must be listed."""
+    from relpos_core.kernels.flex import BLOCK_SIZE, causal_block_mask
+    from relpos_core.positions import resolve_positions
+
+    pos = resolve_positions(300, 300, query_offset=offset).with_window(W)
+    mask = causal_block_mask(pos)
+    seen = pos.visible()  # (Lq, Lk)
+    nq, nk = -(-300 // BLOCK_SIZE), -(-300 // BLOCK_SIZE)
+    blocks = torch.zeros(nq, nk, dtype=torch.bool)  # any visible pair in the block
+    for i in range(nq):
+        for j in range(nk):
+            blocks[i, j] = seen[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE, j * BLOCK_SIZE:(j + 1) * BLOCK_SIZE].any()
+    listed = torch.zeros(nq, nk, dtype=torch.bool)
+    for i in range(nq):
+        full = mask.full_kv_indices[0, 0, i, :int(mask.full_kv_num_blocks[0, 0, i])].tolist()
+        partial = mask.kv_indices[0, 0, i, :int(mask.kv_num_blocks[0, 0, i])].tolist()
+        assert not set(full) & set(partial)
+        for j in full:
+            assert seen[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE, j * BLOCK_SIZE:(j + 1) * BLOCK_SIZE].all(), (i, j)
+        listed[i, full + partial] = True
+    assert torch.equal(listed, blocks)
+
+
 def test_window_as_wide_as_the_sequence_changes_nothing_and_a_narrow_one_does():
     q, k, v = _qkv(12)
     term = registry.example_term("rope", num_heads=2, head_dim=8, dtype=torch.float64)

@@ -167,7 +167,8 @@ def causal_block_mask(pos, block_size: int = BLOCK_SIZE):
     any_visible = k_first[None, :] <= (q_last[:, None] + shift)  # (nq, nk)
     all_visible = k_last[None, :] <= (q_first[:, None] + shift)  # (nq, nk)
     if W is not None:  # the window's lower edge: key > query + shift - W
-        any_visible &= k_last[None, :] > (q_first[:, None] + shift - W)
+        k_end = torch.clamp(k_last, max=Lk - 1)  # the last key a block really holds
+        any_visible &= k_end[None, :] > (q_first[:, None] + shift - W)
         all_visible &= k_first[None, :] > (q_last[:, None] + shift - W)
     # as create_block_mask does, a block cut short by the sequence end is never "full"
     all_visible &= ((kb + 1) * block_size <= Lk)[None, :] & ((qb + 1) * block_size <= Lq)[:, None]
