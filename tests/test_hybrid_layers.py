@@ -121,6 +121,17 @@ def test_window_block_tables_list_every_visible_block_and_only_whole_ones_as_ful
     assert torch.equal(listed, blocks)
 
 
+@pytest.mark.slow
+def test_window_on_the_compiled_flex_kernel():
+    """The compiled kernel skips the blocks the tables leave out: it must equal the eager path."""
+    term = registry.example_term("alibi", num_heads=2, head_dim=16, dtype=torch.float32)
+    q, k, v = _qkv(300, d=16, dtype=torch.float32)
+    for W in (37, 129):
+        want = rp.attend(q, k, v, term, form="gather", backend="eager", causal=True, window=W)
+        got = rp.attend(q, k, v, term, form="gather", backend="flex", causal=True, window=W, compiled=True)
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+
+
 def test_window_as_wide_as_the_sequence_changes_nothing_and_a_narrow_one_does():
     q, k, v = _qkv(12)
     term = registry.example_term("rope", num_heads=2, head_dim=8, dtype=torch.float64)
