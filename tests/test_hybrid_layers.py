@@ -3,6 +3,8 @@
 * The window is a mask: ``rp.attend(..., window=W)`` shows query i the keys at
   i - W + 1 .. i (itself and W - 1 before it) on every path; each path equals a per-row
   construction that attends over those keys only, and a fully hidden row gives 0.
+  FlexAttention's block tables are checked block by block (its eager reference masks every
+  pair, so only the compiled kernel, a slow test, skips what they leave out).
 * Bad input (a window of 0, a window without causality, a bad pattern) is a ValueError
   naming the field.
 * Cached decoding equals recomputation for hybrid patterns (float64, random weights, many
@@ -14,6 +16,7 @@
   Hugging Face module's own projections (with Gemma 3's q/k norms, which are not position),
   attended with the relpos model's term and window for that layer, and projected out;
   Hugging Face's own output of the layer (its masks and rotary tables) must match.
+* The lab and the language-model lab build and train a hybrid named by its pattern string.
 """
 from __future__ import annotations
 
@@ -395,6 +398,10 @@ def test_hugging_face_patterns_read_from_the_configs():
     assert read["gemma3"] == read["gemma3"][:3] * 2
     assert read["cohere2"] == ("rope@base=50000.0,pairing=interleaved,window=5",) * 3 + ("none",)
     assert read["llama4"] == ("rope@base=50000.0,pairing=interleaved",) * 3 + ("none",)
+    # Cohere 2's layer types from sliding_window_pattern (every 4th layer global), as its published config does
+    T = pytest.importorskip("transformers")
+    config = T.Cohere2Config(**{**HF, "num_hidden_layers": 8}, sliding_window=6, sliding_window_pattern=4)
+    assert hybrid.cohere2_layers(config) == (("rope@base=10000.0,pairing=interleaved,window=6",) * 3 + ("none",)) * 2
 
 
 def test_hugging_face_features_not_reproduced_are_refused():
