@@ -122,6 +122,16 @@ class TransformerConfig:
         if entry is not None:
             entry.options(self.position)  # checks the options
 
+    def record(self) -> dict:
+        """The fields as JSON values (results files): a single-scheme config as it always was (no
+        ``layers`` key); one whose layers differ records them as its pattern string (``label``)."""
+        out = dict(vars(self))
+        if self.layers is None:
+            del out["layers"]
+        else:
+            out["layers"] = self.label
+        return out
+
     @property
     def hybrid(self) -> bool:
         """True when the layers are given one by one (``layers``)."""

@@ -461,3 +461,10 @@ def test_the_language_model_lab_builds_a_hybrid_named_by_its_pattern():
     assert all(p.grad is not None for p in model.blocks.parameters())
     with pytest.raises(ValueError, match="position must be empty for a layer pattern"):
         train.model_config(p, name, position={"base": 3.0})
+
+
+def test_a_single_scheme_config_records_as_before():
+    """Results files: a single-scheme config's record has exactly the fields it had (no ``layers``)."""
+    cfg = TransformerConfig("rope", num_layers=3)
+    assert cfg.record() == {k: v for k, v in vars(cfg).items() if k != "layers"}
+    assert TransformerConfig(layers=("rope", "none"), **SMALL).record()["layers"] == "rope, none"

@@ -274,7 +274,7 @@ def train_run(preset: Preset, spec: RunSpec, seed: int, lr: float, *, progress=N
             results[str(b)]["eval_of"] = first_final
     record = {
         "run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "scheme": spec.scheme, "seed": seed,
-        "lr": lr, "model": _config_record(config), "parameters": sum(p.numel() for p in model.parameters()),
+        "lr": lr, "model": config.record(), "parameters": sum(p.numel() for p in model.parameters()),
         "train_length": setup.train_length, "cap": setup.cap, "steps": step, "solved_at": solved_at,
         "curve": curve, "budgets": results,
     }
@@ -289,14 +289,6 @@ def train_run(preset: Preset, spec: RunSpec, seed: int, lr: float, *, progress=N
     record.update(train_s=round(train_s, 3), eval_s=round(eval_s, 3),
                   cpu_s=round(time.process_time() - cpu_start, 3))
     return record, model
-
-
-def _config_record(config) -> dict:
-    """The config's fields as JSON values: a model whose layers differ records its pattern string."""
-    record = dict(vars(config))
-    if config.hybrid:
-        record["layers"] = config.label
-    return record
 
 
 def _tables(model: Transformer) -> dict:

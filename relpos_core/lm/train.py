@@ -364,7 +364,7 @@ def base_run(preset: LMPreset, scheme: str, seed: int, corpus: Corpus, *, models
     t1 = time.perf_counter()
     evaluation, extended = evaluate(model, preset, held, corpus.held_out, seed=seed, init_seed=init_seed)
     return {"kind": "base", "run_id": f"base/{scheme}", "scheme": scheme, "seed": seed,
-            "model": {k: v for k, v in vars(model.config).items()},
+            "model": model.config.record(),
             "parameters": sum(p.numel() for p in model.parameters()), **trained, "eval": evaluation,
             "extended_tables": extended, "eval_s": round(time.perf_counter() - t1, 2),
             "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(time.process_time() - cpu0, 2)}
