@@ -14,6 +14,7 @@ closes a circle):
    time, the path guard, SDPA backend detection);
 5. ``rp.attend``: the one entry point;
 6. ``rp.models`` (one transformer for every scheme) and ``rp.cache`` (its KV cache);
+   ``rp.layers`` (layers that differ: a per-layer scheme and sliding window);
    ``rp.mla`` (multi-head latent attention and its cache of latents,
    chapters/07b_kv_cache_at_scale.ipynb);
 7. on top: ``rp.decoding`` (chapters/07_the_kv_cache.ipynb), ``rp.lab``
@@ -27,12 +28,12 @@ from . import kernels, schemes
 from . import oracles
 from . import measure, registry
 from .attend import attend
-from . import cache, mla, models
+from . import cache, layers, mla, models
 from . import decoding, failures, figures, lab, lm, resources
 from .kernels.reference import attention, attention_weights
 from .offsets import relative_offsets
 
 __version__ = "0.1.0"
 __all__ = ["attend", "attention", "attention_weights", "relative_offsets", "budget", "offsets", "outputs", "positions",
-           "terms", "schemes", "oracles", "kernels", "registry", "measure", "models", "cache", "mla", "decoding",
-           "failures", "lab", "lm", "figures", "resources"]
+           "terms", "schemes", "oracles", "kernels", "registry", "measure", "models", "cache", "layers", "mla",
+           "decoding", "failures", "lab", "lm", "figures", "resources"]

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from relpos_core._validate import check_choice, check_tensor
+from relpos_core._validate import check_choice, check_int, check_tensor
 from relpos_core.kernels import eager, flex, sdpa
 from relpos_core.kernels.forms import BACKENDS, FORMS
 from relpos_core.measure import guard
@@ -141,6 +141,7 @@ def attend(
     query_offset: int | None = None,
     query_positions: torch.Tensor | None = None,
     key_positions: torch.Tensor | None = None,
+    window: int | None = None,
     check_finite: bool = True,
     compiled: bool = True,
     kernel_options: dict | None = None,
@@ -152,7 +153,10 @@ def attend(
     "gather", or "none" for a term with nothing to form). ``backend``: "eager", "sdpa" or
     "flex" (``compiled`` and ``kernel_options`` apply to flex only). ``causal``: key j is
     visible to query i iff key_pos[j] <= query_pos[i], positions as in
-    ``relpos_core.positions``. Sign conventions: each scheme's own (the term records it).
+    ``relpos_core.positions``. ``window`` (causal only): a sliding window of W >= 1 keys,
+    key j visible to query i iff query_pos[i] - W < key_pos[j] <= query_pos[i] (the query
+    and the W - 1 positions before it), a mask on every path.
+    Sign conventions: each scheme's own (the term records it).
     """
     B, H, Lq, Lk, d = check_qkv(q, k, v)
     term = NO_POSITION if term is None else term
@@ -162,6 +166,10 @@ def attend(
     form = choose_form(term, form)
     check_choice("backend", backend, BACKENDS)
     check_choice("causal", causal, (False, True))
+    if window is not None:
+        check_int("window", window, min_value=1)
+        if not causal:
+            raise ValueError(f"window={window} is a sliding window over earlier keys: it needs causal=True")
     check_choice("check_finite", check_finite, (False, True))
     check_choice("compiled", compiled, (False, True))
     if kernel_options is not None and not isinstance(kernel_options, dict):
@@ -171,11 +179,11 @@ def attend(
     if reason is not None:
         raise ValueError(f"form={form!r}, backend={backend!r} cannot compute {term.scheme}: {reason}")
     pos = resolve_positions(Lq, Lk, query_offset=query_offset, query_positions=query_positions,
-                            key_positions=key_positions, device=q.device)
+                            key_positions=key_positions, device=q.device).with_window(window)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in [q, k, v] + [t for _, t in term.tensors()])
     call = Call(B=B, H=H, Lq=Lq, Lk=Lk, d=d, dtype=q.dtype, device_type=q.device.type, causal=causal, grad=grad,
                 contiguous=pos.contiguous, min_offset=pos.min_offset, num_offsets=pos.num_offsets,
-                compiled=compiled, check_finite=check_finite)
+                compiled=compiled, check_finite=check_finite, window=window)
     reason = call_refusal(term, form, backend, call)
     if reason is not None:
         raise ValueError(f"form={form!r}, backend={backend!r} cannot compute {term.scheme} for this call: {reason}")

@@ -22,6 +22,11 @@ picks (a dense SDPA path where the scheme has one: FlexAttention has no CPU back
 
 Positions follow ``relpos_core.positions``: the new tokens are the last of the keys;
 ``forward(tokens, positions=p)`` places a sequence explicitly (randomised positions).
+
+Layers that differ (``relpos_core.layers``): ``TransformerConfig(layers=pattern(
+"rope@window=4096", repeat=3, then="none"))`` gives each layer its own scheme, options and
+sliding window (``scheme`` is then None). Every path, the cache (a window layer keeps its
+window only) and ``recompute`` follow the layer's spec.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from relpos_core._validate import check_choice, check_int, check_positive_int, c
 from relpos_core.attend import attend
 from relpos_core.cache import POSITION_FRAMES, ROPE_LAYOUTS, KVCache, weights_identity
 from relpos_core.kernels.rotary import rotate
+from relpos_core.layers import HybridPosition, LayerSpec, pattern_label
 from relpos_core.schemes.declaration import ModelShape
 
 __all__ = ["TransformerConfig", "Transformer", "Attention", "Block", "decode_paths", "kept_positions",
@@ -54,22 +60,45 @@ class TransformerConfig:
     (default ``vocab_size``, a language model). ``head_dim`` defaults to
     d_model // num_heads, ``d_mlp`` to 4 d_model. ``max_positions``: the longest sequence
     or cache the position module is built for (absolute tables, relative rows).
+    ``num_layers`` defaults to 2, or to ``len(layers)``.
+
+    ``layers``: instead of ``scheme`` and ``position``, one ``relpos_core.layers.LayerSpec``
+    (or its string, ``"rope@window=4096"``) per layer: each layer's scheme, options and
+    sliding window (``relpos_core.layers.pattern`` spells the repeating ones).
     """
 
-    scheme: str
+    scheme: str | None = None
     position: dict = field(default_factory=dict)
     vocab_size: int = 64
     num_outputs: int | None = None
     d_model: int = 32
     num_heads: int = 4
     head_dim: int | None = None
-    num_layers: int = 2
+    num_layers: int | None = None
     d_mlp: int | None = None
     causal: bool = True
     max_positions: int = 256
+    layers: tuple | None = None
 
     def __post_init__(self):
-        entry = schemes.lookup(self.scheme)  # ValueError listing the names
+        if self.layers is None:
+            if self.num_layers is None:
+                self.num_layers = 2
+            entry = schemes.lookup(self.scheme)  # ValueError listing the names
+        else:
+            if self.scheme is not None or self.position:
+                raise ValueError(f"pass either scheme and position (every layer alike) or layers (one spec per "
+                                 f"layer), not both: got scheme={self.scheme!r} and {len(self.layers)} layers")
+            if isinstance(self.layers, (str, LayerSpec)) or not self.layers:
+                raise ValueError(f"layers must be a non-empty sequence of LayerSpec or 'scheme[@option=value]' "
+                                 f"strings, got {self.layers!r}")
+            self.layers = tuple(LayerSpec.parse(spec) for spec in self.layers)
+            if self.num_layers is None:
+                self.num_layers = len(self.layers)
+            if self.num_layers != len(self.layers):
+                raise ValueError(f"num_layers must equal len(layers) = {len(self.layers)} (or be None), "
+                                 f"got {self.num_layers}")
+            entry = None
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_positions"):
             check_positive_int(name, getattr(self, name))
         check_choice("causal", self.causal, (False, True))
@@ -84,18 +113,68 @@ class TransformerConfig:
         self.num_outputs = self.vocab_size if self.num_outputs is None else check_positive_int(
             "num_outputs", self.num_outputs)
         self.d_mlp = 4 * self.d_model if self.d_mlp is None else check_positive_int("d_mlp", self.d_mlp)
-        if entry.scheme.causal_only and not self.causal:
-            raise ValueError(f"scheme {self.scheme!r} is decoder-only (its paper defines it for causal attention): "
-                             f"pass causal=True")
-        entry.options(self.position)  # checks the options
+        for spec in self.layer_specs:
+            if spec.entry.scheme.causal_only and not self.causal:
+                raise ValueError(f"scheme {spec.scheme!r} is decoder-only (its paper defines it for causal "
+                                 f"attention): pass causal=True")
+            if spec.window is not None and not self.causal:
+                raise ValueError(f"layers: a sliding window (window={spec.window}) needs a decoder: pass causal=True")
+        if entry is not None:
+            entry.options(self.position)  # checks the options
+
+    def record(self) -> dict:
+        """The fields as JSON values (results files): a single-scheme config as it always was (no
+        ``layers`` key); one whose layers differ records them as its pattern string (``label``)."""
+        out = dict(vars(self))
+        if self.layers is None:
+            del out["layers"]
+        else:
+            out["layers"] = self.label
+        return out
+
+    @property
+    def hybrid(self) -> bool:
+        """True when the layers are given one by one (``layers``)."""
+        return self.layers is not None
+
+    @property
+    def layer_specs(self) -> tuple[LayerSpec, ...]:
+        """Every layer's ``LayerSpec`` (for a single-scheme model: ``num_layers`` alike, no window)."""
+        if self.layers is not None:
+            return self.layers
+        return (LayerSpec(self.scheme, dict(self.position)),) * self.num_layers
+
+    @property
+    def windows(self) -> tuple[int | None, ...]:
+        """Every layer's sliding window (None: global)."""
+        return tuple(spec.window for spec in self.layer_specs)
+
+    @property
+    def label(self) -> str:
+        """The scheme's name, or the layers' pattern (``"rope@window=4 x3, none"``)."""
+        return self.scheme if self.layers is None else pattern_label(self.layers)
 
     @property
     def entry(self) -> schemes.Entry:
+        if self.layers is not None:
+            raise ValueError(f"this model's layers differ ({self.label}): there is no one scheme; read layer_specs")
         return schemes.lookup(self.scheme)
+
+    @property
+    def entries(self) -> list[schemes.Entry]:
+        """The registry entries of the layers' schemes, each once, in layer order."""
+        names = list(dict.fromkeys(spec.scheme for spec in self.layer_specs))
+        return [schemes.lookup(n) for n in names]
 
     @property
     def options(self):
         return self.entry.options(self.position)
+
+    def position_module(self):
+        """The model's position module: the scheme's own, or a ``HybridPosition`` for ``layers``."""
+        if self.layers is None:
+            return self.entry.scheme.module(self.shape, self.options)
+        return HybridPosition(self.shape, self.layers)
 
     @property
     def shape(self) -> ModelShape:
@@ -152,6 +231,7 @@ class Attention(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.config = config
+        self.windows = config.windows  # each layer's sliding window (None: global)
         D, H, dh = config.d_model, config.num_heads, config.head_dim
         self.wq = nn.Linear(D, H * dh, bias=False)
         self.wk = nn.Linear(D, H * dh, bias=False)
@@ -168,17 +248,22 @@ class Attention(nn.Module):
         B, n, _ = x_q.shape
         q = self.heads(x_q, self.wq)  # (B, H, n, dh)
         k, v = self.heads(x_kv, self.wk), self.heads(x_kv, self.wv)  # (B, H, m, dh)
-        if run.rotated_cache:  # rotated once, at write time (RoPE); the term keeps no rotation
+        if run.rotated_cache and term is not None and term.rotary is not None:
+            # rotated once, at write time (RoPE); the term keeps no rotation
             q = rotate(q, run.query, term.rotary)  # (B, H, n, dh)
             k = rotate(k, run.query, term.rotary)  # (B, H, n, dh)
             term = term.without_rotary()
+        positions = run.positions
         if cache is not None:
-            k, v = cache.append(layer, k, v)  # (B, H, K + n, dh)
+            k, v = cache.append(layer, k, v)  # (B, H, K_layer + n, dh)
+            if k.shape[2] != len(cache) + n:  # a window layer keeps only its last tokens
+                positions = dict(query_positions=run.query, key_positions=cache.layer_positions(layer, n, k.device))
         # check_finite=False (no scan per layer and step): a NaN or inf in the inputs then reaches the output as
         # each kernel propagates it, and not only in the rows that see it: on SDPA with a bias, a NaN key that
         # the causal mask hides still poisons the earlier rows (the NaN score enters the masked sum)
         out = attend(q, k, v, term, form=run.form, backend=run.backend, causal=self.config.causal,
-                     compiled=run.compiled, check_finite=False, **run.positions)  # (B, H, n, dh)
+                     compiled=run.compiled, check_finite=False, window=self.windows[layer],
+                     **positions)  # (B, H, n, dh)
         return self.wo(out.transpose(1, 2).reshape(B, n, -1))  # (B, n, D)
 
 
@@ -217,7 +302,7 @@ def _check_model_bytes(cfg: TransformerConfig, dtype: torch.dtype) -> None:
 
     with torch.device("meta"):
         parts = dict(embed=nn.Embedding(cfg.vocab_size, cfg.d_model),
-                     position=cfg.entry.scheme.module(cfg.shape, cfg.options),
+                     position=cfg.position_module(),
                      blocks=nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers)),
                      norm=nn.LayerNorm(cfg.d_model),
                      head=nn.Linear(cfg.d_model, cfg.num_outputs, bias=False))
@@ -229,7 +314,7 @@ def _check_model_bytes(cfg: TransformerConfig, dtype: torch.dtype) -> None:
     if table:
         tensors.append(("position", "relative rows built per forward", (table,)))
     part, name, shape = max(tensors, key=lambda t: math.prod(t[2]))
-    check_memory(math.prod(shape) * size, what=f"Transformer({cfg.scheme})'s {part} {name}, sized by "
+    check_memory(math.prod(shape) * size, what=f"Transformer({cfg.label})'s {part} {name}, sized by "
                                                f"{_SIZED_BY[part]} (vocab_size={cfg.vocab_size}, "
                                                f"max_positions={cfg.max_positions}),",
                  shape=shape, dtype=dtype)
@@ -249,7 +334,7 @@ class Transformer(nn.Module):
         _check_model_bytes(cfg, dtype)  # before any allocation: a vocab_size or max_positions of 2**40 is refused
         with torch.random.fork_rng(devices=[]):  # the layers' default initialisation draws from the global RNG
             self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-            self.position = cfg.entry.scheme.module(cfg.shape, cfg.options)
+            self.position = cfg.position_module()
             self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
             self.norm = nn.LayerNorm(cfg.d_model)
             self.head = nn.Linear(cfg.d_model, cfg.num_outputs, bias=False)
@@ -286,13 +371,13 @@ class Transformer(nn.Module):
         """(form, backend) the model runs on when none is given: gather (or none) on SDPA, which
         trains on every device; the naive form where gather cannot compute the scheme; eager for a
         value term (Shaw's a^V)."""
-        term = registry.example_term(self.config.scheme, num_heads=self.config.num_heads,
-                                     head_dim=self.config.head_dim, k=None, device="meta")
+        terms = [registry.example_term(entry.name, num_heads=self.config.num_heads, head_dim=self.config.head_dim,
+                                       k=None, device="meta") for entry in self.config.entries]
         for form, backend in (("none", "sdpa"), ("gather", "sdpa"), ("naive", "sdpa"), ("gather", "eager"),
                               ("naive", "eager")):
-            if registry.unsupported_reason(term, form, backend) is None:
+            if all(registry.unsupported_reason(term, form, backend) is None for term in terms):
                 return form, backend
-        raise ValueError(f"no dense path computes {self.config.scheme}")  # pragma: no cover
+        raise ValueError(f"no dense path computes {self.config.label}")  # pragma: no cover
 
     # -- the cache --------------------------------------------------------------------
     def cache_signature(self, rope_layout: str | None) -> tuple:
@@ -300,12 +385,18 @@ class Transformer(nn.Module):
         MLP, max_positions), the dtype and the RoPE layout. The weights are checked apart
         (``relpos_core.cache.weights_identity``)."""
         c = self.config
-        return (c.scheme, repr(c.options), c.num_layers, c.num_heads, c.head_dim, str(self.head.weight.dtype),
+        scheme = (c.scheme, repr(c.options)) if not c.hybrid else (
+            c.label, repr(tuple((s.scheme, s.options, s.window) for s in c.layers)))
+        return (*scheme, c.num_layers, c.num_heads, c.head_dim, str(self.head.weight.dtype),
                 rope_layout, c.vocab_size, c.num_outputs, c.d_model, c.d_mlp, c.causal, c.max_positions)
 
+    def _rotaries(self) -> list:
+        """Each layer's rotation (``terms.Rotary``), or None for a layer that rotates nothing."""
+        return [None if t is None else t.rotary for t in self.position_terms()]
+
     def _rotary(self):
-        terms = [t for t in self.position_terms() if t is not None and t.rotary is not None]
-        return terms[0].rotary if terms else None
+        rotating = [r for r in self._rotaries() if r is not None]
+        return rotating[0] if rotating else None
 
     def new_cache(self, *, sinks: int = 0, window: int | None = None, positions: str = "cache",
                   rope_layout: str | None = None) -> KVCache:
@@ -317,27 +408,38 @@ class Transformer(nn.Module):
         """
         if not self.config.causal:
             raise ValueError("a KV cache needs a decoder: this model has causal=False")
-        entry = self.config.entry
-        if entry.scheme.not_decoded:
-            raise ValueError(f"scheme {self.config.scheme!r} is not decoded: {entry.scheme.not_decoded}")
+        label = self.config.label
+        for entry in self.config.entries:
+            if entry.scheme.not_decoded:
+                raise ValueError(f"scheme {entry.name!r} is not decoded: {entry.scheme.not_decoded}")
         check_choice("positions", positions, POSITION_FRAMES)
-        rotary = self._rotary()
-        if rotary is not None:
-            default = "rotated" if rotary.rotated_keys_cacheable else "unrotated"
+        rotaries = self._rotaries()
+        rotating = [r for r in rotaries if r is not None]
+        if rotating:
+            cacheable = all(r.rotated_keys_cacheable for r in rotating)
+            default = "rotated" if cacheable else "unrotated"
             rope_layout = default if rope_layout is None else check_choice("rope_layout", rope_layout, ROPE_LAYOUTS)
-            if rope_layout == "rotated" and not rotary.rotated_keys_cacheable:
-                raise ValueError(f"rope_layout='rotated' cannot be used with {self.config.scheme}: a key rotated at "
+            if rope_layout == "rotated" and not cacheable:
+                raise ValueError(f"rope_layout='rotated' cannot be used with {label}: a key rotated at "
                                  f"write time would not stay right (xPos's scale or a dynamic scaling changes with "
                                  f"the positions of each call); use rope_layout='unrotated'")
         elif rope_layout is not None:
-            raise ValueError(f"rope_layout applies to rotating schemes only, this model is {self.config.scheme!r}: "
+            raise ValueError(f"rope_layout applies to rotating schemes only, this model is {label!r}: "
                              f"pass None")
-        if entry.scheme.positions_in_tokens and window is not None and positions == "cache":
-            raise ValueError(f"positions={positions!r} cannot be used with {self.config.scheme}: each cached key and "
+        in_tokens = any(e.scheme.positions_in_tokens for e in self.config.entries)
+        if in_tokens and window is not None and positions == "cache":
+            raise ValueError(f"positions={positions!r} cannot be used with {label}: each cached key and "
                              f"value already contains its position vector, and renumbering would mean recomputing "
                              f"them from the tokens; use positions='original'")
+        layer_windows = self.config.windows
+        if window is not None and any(w is not None for w in layer_windows):
+            raise ValueError(f"window={window} (the cache's sink + window eviction) cannot be combined with this "
+                             f"model's sliding-window layers ({label}): each window layer already keeps only its "
+                             f"window; pass window=None (global layers then keep every token)")
+        rotary = rotaries if self.config.hybrid else (rotating[0] if rotating else None)
         cache = KVCache(self.config.num_layers, sinks=sinks, window=window, positions=positions,
-                        rope_layout=rope_layout, rotary=rotary, signature=self.cache_signature(rope_layout))
+                        rope_layout=rope_layout, rotary=rotary, signature=self.cache_signature(rope_layout),
+                        layer_windows=layer_windows if self.config.hybrid else None)
         cache.weights = weights_identity(self)
         return cache
 
@@ -471,8 +573,11 @@ class Transformer(nn.Module):
         check_choice("positions", positions, POSITION_FRAMES)
         if window is None:
             return self(tokens, form=form, backend=backend, compiled=compiled)
-        if self.config.entry.scheme.positions_in_tokens and positions != "original":
-            raise ValueError(f"positions={positions!r} cannot be used with {self.config.scheme} (see new_cache)")
+        if any(e.scheme.positions_in_tokens for e in self.config.entries) and positions != "original":
+            raise ValueError(f"positions={positions!r} cannot be used with {self.config.label} (see new_cache)")
+        if any(w is not None for w in self.config.windows):
+            raise ValueError(f"window={window} (a sink + window cache) cannot be combined with this model's "
+                             f"sliding-window layers ({self.config.label}); recompute with window=None")
         if backend is None:
             default_form, backend = self.default_path()
             form = default_form if form is None else form
@@ -497,5 +602,5 @@ class Transformer(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.config
-        return (f"scheme={c.scheme!r}, layers={c.num_layers}, d_model={c.d_model}, heads={c.num_heads}, "
+        return (f"scheme={c.label!r}, layers={c.num_layers}, d_model={c.d_model}, heads={c.num_heads}, "
                 f"head_dim={c.head_dim}, causal={c.causal}")

@@ -15,6 +15,9 @@ A call says otherwise in one of three ways:
   ``query_offset`` or ``query_positions`` is given too.
 
 ``causal=True`` then means: key j is visible to query i iff key_pos[j] <= query_pos[i].
+A sliding window of ``W`` (``rp.attend(..., window=W)``, a layer of a hybrid model)
+narrows that to ``query_pos[i] - W < key_pos[j] <= query_pos[i]``: the query itself and
+the W - 1 positions before it (Hugging Face's ``sliding_window`` and Mistral's convention).
 Offsets are ``key_pos[j] - query_pos[i]`` (``key_minus_query``); schemes that speak of
 ``query_minus_key`` flip the sign where they read them. Every builder of the library
 (``relative_offsets``, the schemes' index and bias builders) places its queries with
@@ -28,6 +31,7 @@ here once per call; nothing else in ``rp.attend`` reads a device value.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -59,6 +63,11 @@ class Positions:
     max_query: int
     min_key: int
     max_key: int
+    window: int | None = None  # sliding window: key visible iff query - window < key <= query (causal only)
+
+    def with_window(self, window: int | None) -> "Positions":
+        """The same positions with a sliding window of ``window`` keys (None: none)."""
+        return self if window is None else dataclasses.replace(self, window=window)
 
     @property
     def query_len(self) -> int:
@@ -102,8 +111,12 @@ class Positions:
         return self.key[None, :] - self.query[:, None]  # (Lq, Lk)
 
     def visible(self) -> torch.Tensor:
-        """The causal mask: (Lq, Lk) bool, True where key_pos[j] <= query_pos[i]."""
-        return self.key[None, :] <= self.query[:, None]  # (Lq, Lk)
+        """The causal mask: (Lq, Lk) bool, True where key_pos[j] <= query_pos[i] (and, with a
+        window W, query_pos[i] - W < key_pos[j])."""
+        seen = self.key[None, :] <= self.query[:, None]  # (Lq, Lk)
+        if self.window is not None:
+            seen &= self.key[None, :] > self.query[:, None] - self.window  # (Lq, Lk)
+        return seen
 
     @property
     def leading_empty_rows(self) -> int | None:
@@ -111,10 +124,15 @@ class Positions:
         (their output is 0), known without reading the device. None otherwise."""
         if not self.contiguous:
             return None
-        return max(0, min(self.query_len, self.key_start - self.query_start))
+        leading = max(0, min(self.query_len, self.key_start - self.query_start))
+        if self.window is not None and self.max_query - self.window >= self.max_key:
+            return None  # the last queries' windows lie past every key: rows_without_visible_key finds them
+        return leading
 
     def rows_without_visible_key(self) -> torch.Tensor:
         """(Lq,) bool: queries for which the causal mask hides every key (their output is 0)."""
+        if self.window is not None:
+            return ~self.visible().any(-1)  # (Lq,)
         return self.query < self.min_key  # (Lq,)
 
 

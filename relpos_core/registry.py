@@ -70,12 +70,14 @@ class Call:
     num_offsets: int | None = None
     compiled: bool = True
     check_finite: bool = True
+    window: int | None = None  # a sliding window of keys (a mask: every path takes it)
 
     def ledger_sizes(self, backend: str) -> dict:
         """The keyword arguments of ``relpos_core.measure.analytic.peak_bytes`` for this call."""
         return dict(B=self.B, H=self.H, Lq=self.Lq, Lk=self.Lk, d=self.d, dtype=self.dtype,
                     contiguous=self.contiguous, causal=self.causal, grad=self.grad, device_type=self.device_type,
-                    num_offsets=self.num_offsets, compiled=self.compiled, check_finite=self.check_finite)
+                    num_offsets=self.num_offsets, compiled=self.compiled, check_finite=self.check_finite,
+                    window=self.window)
 
 
 def scheme_names() -> tuple[str, ...]:

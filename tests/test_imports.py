@@ -28,7 +28,7 @@ LAYERS = [
     ("registry", ["relpos_core.registry"]),
     ("measure", ["relpos_core.measure", "relpos_core.measure.*"]),
     ("attend", ["relpos_core.attend"]),
-    ("model", ["relpos_core.cache", "relpos_core.models", "relpos_core.mla"]),
+    ("model", ["relpos_core.cache", "relpos_core.layers", "relpos_core.models", "relpos_core.mla"]),
     ("applications", ["relpos_core.decoding", "relpos_core.decoding.*", "relpos_core.lab", "relpos_core.lab.*", "relpos_core.lm", "relpos_core.lm.*",
                       "relpos_core.failures", "relpos_core.figures", "relpos_core.figures.*", "relpos_core.bench",
                       "relpos_core.bench.*"]),

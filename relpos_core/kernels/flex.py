@@ -133,23 +133,27 @@ def full_block_mask(query_len: int, key_len: int, device, block_size: int = BLOC
 
 
 def causal_block_mask(pos, block_size: int = BLOCK_SIZE):
-    """The BlockMask of ``key_pos <= query_pos``.
+    """The BlockMask of ``key_pos <= query_pos`` (and ``query_pos - W < key_pos`` with a
+    sliding window ``pos.window = W``).
 
-    Contiguous positions (key j visible to query i iff j <= i + shift): the block tables
-    come from arithmetic on block indices, O((Lq / block) (Lk / block)) work and memory.
-    A key block is *full* when all of it is visible to the block's first query (and
-    neither block is cut short by the sequence end), *partial* when only some of it is
-    visible to the block's last query. Explicit positions: evaluated with
+    Contiguous positions (key j visible to query i iff i + shift - W < j <= i + shift): the
+    block tables come from arithmetic on block indices, O((Lq / block) (Lk / block)) work
+    and memory. A key block is *full* when all of it is visible to every query of the
+    block (and neither block is cut short by the sequence end), *partial* when only some
+    of it is visible to some query of the block. Explicit positions: evaluated with
     ``create_block_mask`` (an [Lq, Lk] boolean evaluation, counted by the memory guard).
     """
     from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
-    Lq, Lk, dev = pos.query_len, pos.key_len, pos.query.device
+    Lq, Lk, dev, W = pos.query_len, pos.key_len, pos.query.device, pos.window
     if not pos.contiguous:
         qp, kp = pos.query, pos.key
 
         def visible(b, h, q_idx, kv_idx):
-            return kp[kv_idx] <= qp[q_idx]
+            seen = kp[kv_idx] <= qp[q_idx]
+            if W is not None:
+                seen = seen & (kp[kv_idx] > qp[q_idx] - W)
+            return seen
 
         return create_block_mask(visible, None, None, Lq, Lk, device=dev, BLOCK_SIZE=block_size)
     shift = pos.shift
@@ -162,18 +166,29 @@ def causal_block_mask(pos, block_size: int = BLOCK_SIZE):
     k_first = kb * block_size
     any_visible = k_first[None, :] <= (q_last[:, None] + shift)  # (nq, nk)
     all_visible = k_last[None, :] <= (q_first[:, None] + shift)  # (nq, nk)
+    if W is not None:  # the window's lower edge: key > query + shift - W
+        k_end = torch.clamp(k_last, max=Lk - 1)  # the last key a block really holds
+        any_visible &= k_end[None, :] > (q_first[:, None] + shift - W)
+        all_visible &= k_first[None, :] > (q_last[:, None] + shift - W)
     # as create_block_mask does, a block cut short by the sequence end is never "full"
     all_visible &= ((kb + 1) * block_size <= Lk)[None, :] & ((qb + 1) * block_size <= Lq)[:, None]
     partial = any_visible & ~all_visible  # (nq, nk)
-    # visible blocks of a row are a prefix 0 .. n-1: full ones first, then the partial ones
     full_num = all_visible.sum(-1).to(torch.int32)  # (nq,)
     partial_num = partial.sum(-1).to(torch.int32)  # (nq,)
-    cols = kb[None, :].expand(nq, nk)  # (nq, nk)
-    full_idx = cols.to(torch.int32)  # full blocks 0 .. full_num - 1 lead each row
-    partial_idx = (cols + full_num[:, None].long()).clamp(max=nk - 1).to(torch.int32)  # then the partial ones
+    if W is None:
+        # visible blocks of a row are a prefix 0 .. n-1: full ones first, then the partial ones
+        cols = kb[None, :].expand(nq, nk)  # (nq, nk)
+        full_idx = cols.to(torch.int32)  # full blocks 0 .. full_num - 1 lead each row
+        partial_idx = (cols + full_num[:, None].long()).clamp(max=nk - 1).to(torch.int32)  # then the partial ones
+    else:  # a band: the listed blocks of each kind first, in increasing order
+        full_idx = torch.argsort((~all_visible).to(torch.int8), dim=-1, stable=True).to(torch.int32)  # (nq, nk)
+        partial_idx = torch.argsort((~partial).to(torch.int8), dim=-1, stable=True).to(torch.int32)  # (nq, nk)
 
     def visible(b, h, q_idx, kv_idx):
-        return kv_idx <= q_idx + shift
+        seen = kv_idx <= q_idx + shift
+        if W is not None:
+            seen = seen & (kv_idx > q_idx + shift - W)
+        return seen
 
     return BlockMask.from_kv_blocks(
         partial_num[None, None], partial_idx[None, None], full_num[None, None], full_idx[None, None],
@@ -216,6 +231,9 @@ def attention(q, k, v, term, *, form: str, pos, causal: bool, compiled: bool = T
             f"[B|1, H, Lq, Lk] bias; on CUDA the flex backend trains without it.", FlexCPUBackwardWarning, stacklevel=3)
         return sdpa.attention(q, k, v, term, form=form, pos=pos, causal=causal)
     q_content, q_pos, k = prepare_qk(q, k, term, pos, causal)
+    if pos.window is not None and not block_skipping:
+        raise ValueError("block_skipping=False masks causality inside the score_mod, which has no sliding "
+                         "window: pass block_skipping=True (the BlockMask holds the window)")
     in_score_mod = causal and not block_skipping
     score_mod = build_score_mod(term, form, q_pos, k, pos, causal_in_score_mod=in_score_mod)
     if causal and block_skipping:

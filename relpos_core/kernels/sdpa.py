@@ -11,9 +11,9 @@ costs a (1|B, H, Lq, Lk) tensor, and changes which fused backend runs, so the ba
   memory-efficient attention accept a dense mask (on an H200 the default order picks
   cuDNN first: ``../shared/reference`` data, plotted in chapters/08_what_it_costs.ipynb).
 
-Causality: with no bias and Lq == Lk it is SDPA's own ``is_causal``; otherwise a boolean
-(Lq, Lk) mask, or -inf written into the bias tensor this call built (never into a
-scheme's bias). The bias is an ordinary tensor gathered from the tables, so gradients
+Causality: with no bias, no sliding window and Lq == Lk it is SDPA's own ``is_causal``;
+otherwise a boolean (Lq, Lk) mask (a sliding window included: ``Positions.visible``), or
+-inf written into the bias tensor this call built (never into a scheme's bias). The bias is an ordinary tensor gathered from the tables, so gradients
 reach them on every device: this is the path that trains where FlexAttention cannot.
 Shaw's value term changes the output, not the logits: no mask can express it (use the
 eager backend). Rows whose mask hides every key return 0.
@@ -44,7 +44,7 @@ def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:
     if causal:
         if mask is not None:
             mask = mask.masked_fill_(~pos.visible(), float("-inf"))
-        elif pos.contiguous and pos.shift == 0 and Lq == Lk:
+        elif pos.contiguous and pos.shift == 0 and Lq == Lk and pos.window is None:
             is_causal = True  # SDPA's own causal path: no mask tensor at all
         else:
             mask = pos.visible()  # (Lq, Lk) bool, True = may attend

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from relpos_core import schemes
 from relpos_core._validate import check_int, check_positive_int
+from relpos_core.layers import is_pattern, parse_pattern
 from relpos_core.models import Transformer, TransformerConfig
 
 __all__ = ["SCHEMES", "lab_config", "build_model", "untrained_position_rows"]
@@ -25,10 +26,20 @@ SCHEMES: tuple[str, ...] = schemes.names()
 def lab_config(scheme: str, *, vocab_size: int, num_classes: int, max_positions: int, causal: bool,
                position: dict | None = None, d_model: int = 64, num_layers: int = 2, num_heads: int = 4,
                d_mlp: int = 128) -> TransformerConfig:
-    """The ``TransformerConfig`` of a lab model (``position``: the scheme's options)."""
-    return TransformerConfig(scheme, position=dict(position or {}), vocab_size=vocab_size, num_outputs=num_classes,
-                             d_model=d_model, num_heads=num_heads, num_layers=num_layers, d_mlp=d_mlp, causal=causal,
-                             max_positions=max_positions)
+    """The ``TransformerConfig`` of a lab model (``position``: the scheme's options).
+
+    ``scheme`` may also name a model whose layers differ, by its pattern string
+    (``"rope@window=32 x3, none"``, ``relpos_core.layers.parse_pattern``): the layers then
+    carry their own options (``position`` must be empty) and ``num_layers`` is the pattern's.
+    """
+    shape = dict(vocab_size=vocab_size, num_outputs=num_classes, d_model=d_model, num_heads=num_heads, d_mlp=d_mlp,
+                 causal=causal, max_positions=max_positions)
+    if is_pattern(scheme):
+        if position:
+            raise ValueError(f"position must be empty for a layer pattern ({scheme!r}): each layer spells its "
+                             f"options, e.g. 'rope@base=500000,window=32'; got {position}")
+        return TransformerConfig(layers=parse_pattern(scheme), **shape)
+    return TransformerConfig(scheme, position=dict(position or {}), num_layers=num_layers, **shape)
 
 
 def build_model(config: TransformerConfig, *, seed: int) -> Transformer:

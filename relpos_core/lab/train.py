@@ -274,11 +274,11 @@ def train_run(preset: Preset, spec: RunSpec, seed: int, lr: float, *, progress=N
             results[str(b)]["eval_of"] = first_final
     record = {
         "run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "scheme": spec.scheme, "seed": seed,
-        "lr": lr, "model": dict(vars(config)), "parameters": sum(p.numel() for p in model.parameters()),
+        "lr": lr, "model": config.record(), "parameters": sum(p.numel() for p in model.parameters()),
         "train_length": setup.train_length, "cap": setup.cap, "steps": step, "solved_at": solved_at,
         "curve": curve, "budgets": results,
     }
-    if model.config.entry.scheme.positions_in_tokens:
+    if any(entry.scheme.positions_in_tokens for entry in model.config.entries):
         record["input_table"] = _input_table_check(model, setup, spec.task, seed)
     rows = untrained_position_rows(model, setup.train_length)
     if rows:

@@ -86,7 +86,10 @@ def _position_options(preset: LMPreset, scheme: str, extra: dict | None = None) 
     """The scheme's options: randomised positions drawn from the longest evaluation range
     (any scheme whose options have a ``max_positions`` field), plus ``extra``."""
     from relpos_core import schemes
+    from relpos_core.layers import is_pattern
 
+    if is_pattern(scheme):  # a model whose layers differ: each layer spells its own options
+        return dict(extra or {})
     options_cls = schemes.lookup(scheme).scheme.options
     names = {f.name for f in dataclasses.fields(options_cls)} if dataclasses.is_dataclass(options_cls) else set()
     out = {}
@@ -361,7 +364,7 @@ def base_run(preset: LMPreset, scheme: str, seed: int, corpus: Corpus, *, models
     t1 = time.perf_counter()
     evaluation, extended = evaluate(model, preset, held, corpus.held_out, seed=seed, init_seed=init_seed)
     return {"kind": "base", "run_id": f"base/{scheme}", "scheme": scheme, "seed": seed,
-            "model": {k: v for k, v in vars(model.config).items()},
+            "model": model.config.record(),
             "parameters": sum(p.numel() for p in model.parameters()), **trained, "eval": evaluation,
             "extended_tables": extended, "eval_s": round(time.perf_counter() - t1, 2),
             "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(time.process_time() - cpu0, 2)}

@@ -103,10 +103,13 @@ READER_BYTES_PER_PAIR = 8
 def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: int, d: int,
                dtype: torch.dtype = torch.float32, contiguous: bool = True, grad: bool = False,
                device_type: str = "cpu", threads: int | None = None, num_offsets: int | None = None,
-               causal: bool = False, compiled: bool = True, check_finite: bool = True) -> int:
+               causal: bool = False, compiled: bool = True, check_finite: bool = True,
+               window: int | None = None) -> int:
     """Peak bytes ``rp.attend(q, k, v, term, form=form, backend=backend)`` allocates (module docstring).
 
     ``num_offsets``: distinct offsets of the call (default Lq + Lk - 1, contiguous positions).
+    ``window``: a sliding window (a causal mask: SDPA then builds an (Lq, Lk) mask even
+    where it would use its own ``is_causal``).
     """
     es = dtype_size(dtype)
     threads = _threads() if threads is None else threads
@@ -139,7 +142,8 @@ def peak_bytes(term, form: str, backend: str, *, B: int, H: int, Lq: int, Lk: in
         bias = (B if any(p.batched for p in logit) else 1) * H * P * es if logit else 0
         building = combine([each[0], *(bias + b for b in each[1:])]) if each else 0  # later pieces add into it
         if causal:
-            mask = 2 * P if bias else 0 if (contiguous and Lq == Lk) else P + (P * es if device_type == "cpu" else 0)
+            own = contiguous and Lq == Lk and window is None  # SDPA's is_causal: no mask tensor
+            mask = 2 * P if bias else 0 if own else P + (P * es if device_type == "cpu" else 0)
         else:
             mask = 0
         kernel = _sdpa_kernel(B=B, H=H, Lq=Lq, Lk=Lk, d=d, es=es, device_type=device_type, threads=threads)

@@ -8,8 +8,9 @@ a scheme's bias written without the kernels, and the benchmark's Hugging Face mo
 (``benchmark_module``, which a declaration names by its dotted path). The chapters use
 them to show a scheme equals the released code: ``oracles.t5`` in
 chapters/03_t5_buckets.ipynb and chapters/09_failure_modes.ipynb, ``oracles.deberta`` in
-chapters/05_deberta.ipynb. Nothing below the applications imports them but the tests.
+chapters/05_deberta.ipynb; ``oracles.hybrid`` reads the layer patterns of Hugging Face's
+hybrid models (SmolLM3, Gemma 3, Cohere 2, Llama 4). Nothing below the applications imports them but the tests.
 """
-from . import deberta, t5
+from . import deberta, hybrid, t5
 
-__all__ = ["t5", "deberta"]
+__all__ = ["t5", "deberta", "hybrid"]
