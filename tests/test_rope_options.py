@@ -166,6 +166,20 @@ def test_length_scaling_counts_the_kept_keys_at_explicit_positions(spec):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
 
 
+@pytest.mark.parametrize("window", [1, 2, 3, 6])
+@pytest.mark.parametrize("explicit", [False, True])
+def test_length_scaling_counts_only_the_keys_inside_a_sliding_window(window, explicit):
+    """n is the number of keys the query sees: inside a window of W, at most W (a hybrid model's window layer)."""
+    from relpos_core.positions import resolve_positions
+
+    kw = dict(query_positions=torch.tensor([2, 5, 8, 9]), key_positions=torch.tensor([0, 2, 3, 5, 6, 8, 9]))
+    pos = resolve_positions(4, 7, **(kw if explicit else {})).with_window(window)
+    scaling = _scaling(dict(method="log_length", train_length=3.0))
+    n = torch.exp(scaling.factors(pos, causal=True) * math.log(3.0))  # (Lq,) back from log_3(n)
+    seen = pos.visible().sum(-1).clamp(min=1).to(torch.float64)  # (Lq,) keys each query attends
+    torch.testing.assert_close(n, seen, atol=1e-9, rtol=1e-9)
+
+
 def test_a_decode_step_gets_its_true_position():
     """Lq = 1 after 9 keys: the query sits at 9 (the last of the keys), not at 0."""
     q, k, v = _inputs(1, 1, 10, seed=5)

@@ -15,7 +15,8 @@ backend, and the KV cache, computes it unchanged):
   log(floor((t + 1) / floor_scale) + 1) attn_scale + 1.
 
 n is the number of keys the query attends: with ``causal`` those at key positions <= its
-own (after a KV cache's eviction, the kept ones), else every key (at least 1: a query that
+own (inside a sliding window, only the window's; after a KV cache's eviction, the kept
+ones), else every key (at least 1: a query that
 sees no key gets output 0 anyway). t is the query's position as the call places it
 (queries are the last Lq of the keys unless the call says otherwise), so a decode step is
 scaled at its true position. Multiplying the query multiplies q . k and every term that
@@ -101,12 +102,16 @@ class LengthScaling(Piece):
             return torch.log1p(torch.floor((t + 1.0) / self.floor_scale)) * self.attn_scale + 1.0  # (Lq,)
         if not causal:
             n = torch.full((pos.query_len,), float(pos.key_len), dtype=torch.float64, device=pos.query.device)
-        elif pos.contiguous:  # key j visible to query i iff j <= i + shift
-            i = torch.arange(pos.query_len, device=pos.query.device)
-            n = (i + pos.shift + 1).clamp(0, pos.key_len).to(torch.float64)  # (Lq,)
+        elif pos.contiguous:  # key j visible to query i iff i + shift - W < j <= i + shift
+            last = torch.arange(pos.query_len, device=pos.query.device) + pos.shift  # (Lq,)
+            first = torch.zeros_like(last) if pos.window is None else (last - pos.window + 1).clamp(min=0)
+            n = (last.clamp(max=pos.key_len - 1) - first + 1).clamp(min=0).to(torch.float64)  # (Lq,)
         else:
             keys = torch.sort(pos.key).values  # (Lk,)
-            n = torch.searchsorted(keys, pos.query, right=True).to(torch.float64)  # (Lq,) keys at or before
+            n = torch.searchsorted(keys, pos.query, right=True)  # (Lq,) keys at or before
+            if pos.window is not None:  # minus those at or before query - W
+                n = n - torch.searchsorted(keys, pos.query - pos.window, right=True)
+            n = n.to(torch.float64)  # (Lq,)
         log_n = n.clamp(min=1.0).log()  # (Lq,)
         if self.method == "log_length":
             return log_n / math.log(self.train_length)  # (Lq,)
