@@ -198,7 +198,8 @@ def test_tiny_end_to_end_and_resume(tmp_path):
         assert set(r["eval"]) == {str(L) for L in p.eval_lengths}
         assert all(0 < r["eval"][str(L)]["bpb"] < 12 for L in p.eval_lengths)
     # an interrupted run: keep two finished rows in a partial file, resume, and those rows stay as they were
-    head = {"preset": "tiny", "command": "x", "git_commit": "abc", "load_start": None}
+    head = {"preset": "tiny", "command": "x", "git_commit": "abc", "load_start": None,
+            "machine": {"cpu_model": "Elsewhere CPU", "runs": []}}
     kept = saved["runs"][:2]
     kept[0] = dict(kept[0], marker="kept")
     out2 = tmp_path / "r2.json"
@@ -210,6 +211,11 @@ def test_tiny_end_to_end_and_resume(tmp_path):
     assert len(res2["runs"]) == len(res["runs"])
     assert [r for r in res2["runs"] if r.get("marker") == "kept"] == [kept[0]]
     assert res2["provenance"]["git_commit"] == "abc"
+    # where the kept rows were trained is kept: the earlier machine with their ids
+    from relpos_core.lm.train import record_id
+
+    (earlier,) = res2["provenance"]["earlier_machines"]
+    assert earlier["cpu_model"] == "Elsewhere CPU" and earlier["runs"] == [record_id(r) for r in kept]
 
 
 def test_committed_run_loads_with_provenance():
@@ -229,3 +235,33 @@ def test_committed_run_loads_with_provenance():
     methods = {r["method"] for r in results.extension_runs(res)}
     assert {"linear", "ntk", "dynamic", "yarn", "llama3", "abf", "rope"} <= methods
     assert any(r["finetuned"] is not None for r in results.extension_runs(res))
+
+
+def _fake_results(changes: dict, lengths=(128, 2048)) -> dict:
+    """A results object whose runs have bits per byte 2.0 at the training length and 2.0 + change at the last."""
+    runs = [{"kind": "base", "scheme": s, "seed": i,
+             "eval": {str(lengths[0]): {"bpb": 2.0}, str(lengths[-1]): {"bpb": 2.0 + d}}}
+            for s, ds in changes.items() for i, d in enumerate(ds)]
+    return {"preset": {"schemes": list(changes), "eval_lengths": list(lengths)}, "runs": runs}
+
+
+def test_a_verdict_reads_the_interval_of_the_paired_change():
+    from relpos_core.lm.results import change_verdict
+
+    assert change_verdict({"low": -0.2, "high": -0.1}) == "holds"
+    assert change_verdict({"low": -0.2, "high": 0.1}) == "not shown"
+    assert change_verdict({"low": 0.0, "high": 0.1}) == "not shown"  # an end at zero is not shown
+    assert change_verdict({"low": 0.2, "high": 0.9}) == "rises"
+    assert change_verdict({"low": 1.2, "high": 3.0}) == "rises steeply"
+
+
+def test_only_a_verdict_both_runs_give_survives_the_second():
+    from relpos_core.lm.results import verdicts_at_both
+
+    first = _fake_results({"a": [-0.03, -0.02, -0.025], "b": [-0.03, -0.02, -0.025], "c": [2.0, 2.2, 2.1]})
+    second = _fake_results({"a": [-0.02, -0.021, -0.022], "b": [0.03, -0.02, 0.01], "d": [0.1, 0.2, 0.3]})
+    got = verdicts_at_both(first, second, 2048)
+    assert sorted(got) == ["a", "b"]  # only the schemes of both
+    assert got["a"]["verdicts"] == ("holds", "holds") and got["a"]["agree"]
+    assert got["b"]["verdicts"] == ("holds", "not shown") and not got["b"]["agree"]
+    assert got["a"]["second"]["n"] == 3 and abs(got["a"]["second"]["mean"] + 0.021) < 1e-12

@@ -26,10 +26,23 @@ from ..provenance import git_commit, load_average
 from .presets import PRESETS, get_preset
 
 
+MACHINE_FIELDS = ("cpu_model", "cpu_count", "cpu_capability", "torch", "platform", "date")
+
+
+def _machine_summary(runs=()) -> dict:
+    """Where runs are being trained now: the CPU and torch fields of the provenance, and the
+    ids of ``runs`` (filled in when a later --resume records the earlier machine)."""
+    from relpos_core.provenance import machine
+
+    m = machine("cpu", commit="")
+    return {**{k: m[k] for k in MACHINE_FIELDS}, "runs": list(runs)}
+
+
 def _head_of(p: dict) -> dict:
     """The partial file's head, rebuilt from an interrupted results file's provenance."""
     return dict(preset=p["preset"], command=p["command"], git_commit=p["git_commit"],
-                load_start=p.get("load_average_start"), resumed_at_commits=p.get("resumed_at_commits", []))
+                load_start=p.get("load_average_start"), resumed_at_commits=p.get("resumed_at_commits", []),
+                machine={k: p.get(k) for k in MACHINE_FIELDS}, earlier_machines=p.get("earlier_machines", []))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,7 +105,13 @@ def main(argv=None) -> dict:
     commit = head.get("git_commit") if args.resume else git_commit()
     load_start = head.get("load_start") if args.resume else load_average()
     resumed = list(head.get("resumed_at_commits", [])) + ([git_commit()] if args.resume else [])
+    # a resumed run keeps where its earlier runs were trained: the machine of each earlier part
+    earlier_machines = list(head.get("earlier_machines", []))
+    if args.resume and head.get("machine"):
+        before = {rid for m in earlier_machines for rid in m.get("runs", [])}
+        earlier_machines.append({**head["machine"], "runs": [record_id(r) for r in done if record_id(r) not in before]})
     output.begin(dict(preset=preset.name, command=command, git_commit=commit, load_start=load_start,
+                      machine=_machine_summary(), earlier_machines=earlier_machines,
                       corpus_hash=corpus.record["hash"], resumed_at_commits=resumed))
     for row in done:
         output.add(row)
@@ -112,6 +131,7 @@ def main(argv=None) -> dict:
                                     wall_s=time.perf_counter() - start + earlier, workers=args.workers,
                                     threads=args.threads, load_start=load_start, complete=complete)
         res["provenance"]["resumed_at_commits"] = resumed  # the code of each --resume (the runs record theirs)
+        res["provenance"]["earlier_machines"] = earlier_machines  # where the runs finished before each --resume ran
         output.finish(res, text=results.results_text(res))
         return res
 

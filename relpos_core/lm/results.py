@@ -19,10 +19,11 @@ from relpos_core.provenance import machine
 
 __all__ = ["FORMAT", "COMMITTED", "build_results", "from_partial", "load_results", "load_committed", "committed_path", "base_runs",
            "extension_runs", "bpb_values", "passkey_accuracy", "bpb_table", "passkey_table", "extension_table",
-           "table_markdown", "results_text"]
+           "table_markdown", "results_text", "SECOND_LR", "change_verdict", "verdicts_at_both"]
 
 FORMAT = "relpos-lm/1"
 COMMITTED = "lm-full.json"
+SECOND_LR = "lm-full-lr1e-3.json"  # the full run's model and budget at a second learning rate
 
 
 def build_results(preset, runs: list[dict], *, corpus: dict, command: str, commit: str, wall_s: float,
@@ -134,6 +135,31 @@ def paired_change(results: dict, scheme: str, length: int, *, sliding: bool = Fa
     first = results["preset"]["eval_lengths"][0]
     pairs = zip(bpb_values(recs, length, sliding=sliding), bpb_values(recs, first, sliding=sliding))
     return t_interval([a - b for a, b in pairs])
+
+
+def change_verdict(iv: dict) -> str:
+    """What a paired change's t interval supports: "holds" (its upper end below zero), "not
+    shown" (it contains zero: the runs cannot tell it from no change), "rises steeply" (its
+    lower end above one bit per byte) or "rises"."""
+    if iv["low"] <= 0 <= iv["high"]:
+        return "not shown"
+    if iv["high"] < 0:
+        return "holds"
+    return "rises steeply" if iv["low"] > 1 else "rises"
+
+
+def verdicts_at_both(first: dict, second: dict, length: int) -> dict:
+    """The schemes of both runs (two learning rates, say): {scheme: {"first": interval,
+    "second": interval, "verdicts": (first's, second's), "agree": whether they are the same}}
+    of the paired change at ``length``. Only a verdict the two agree on survives the second run."""
+    out = {}
+    for scheme in first["preset"]["schemes"]:
+        if scheme not in second["preset"]["schemes"]:
+            continue
+        a, b = paired_change(first, scheme, length), paired_change(second, scheme, length)
+        va, vb = change_verdict(a), change_verdict(b)
+        out[scheme] = {"first": a, "second": b, "verdicts": (va, vb), "agree": va == vb}
+    return out
 
 
 def passkey_table(results: dict, *, depths=None, what: str = "digit") -> list[dict]:
