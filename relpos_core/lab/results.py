@@ -510,22 +510,25 @@ def verdict(checks: dict, *, opposite: dict | None = None, interaction: dict | N
 
 def _interactions(results: dict, samples: dict) -> dict:
     """Permutation tests behind a dependence: per budget, the two learning rates' samples
-    (different models: labels permuted); per learning rate, the first and last budgets'
-    samples of the same runs (paired by seed: signs flipped). ``samples``: {(lr, budget):
-    {seed: value}}."""
+    (different models: labels permuted); between the first and the last budget, the same
+    runs paired by (learning rate, seed), signs flipped, pooled over the learning rates
+    (five pairs alone can never reach p < 0.05). ``samples``: {(lr, budget): {seed: value}}."""
     the_lrs, the_budgets = lrs(results), budgets(results)
     out = {"lr": {}, "budget": {}}
     if len(the_lrs) == 2:
         for b in the_budgets:
             x, y = samples[(the_lrs[0], b)], samples[(the_lrs[1], b)]
             out["lr"][b] = permutation_p(list(x.values()), list(y.values())) if x and y else None
-    if len(the_budgets) >= 2:
+    if len(the_budgets) >= 2:  # pooled over the learning rates: pairs (lr, seed)
         first, last = the_budgets[0], the_budgets[-1]
+        xs, ys = [], []
         for lr in the_lrs:
             x, y = samples[(lr, first)], samples[(lr, last)]
-            both = sorted(set(x) & set(y))
-            out["budget"][lr] = (permutation_p([x[s] for s in both], [y[s] for s in both], paired=True)
-                                 if both else None)
+            for s in sorted(set(x) & set(y)):
+                xs.append(x[s])
+                ys.append(y[s])
+        p = permutation_p(xs, ys, paired=True) if xs else None
+        out["budget"] = {lr: p for lr in the_lrs}
     return out
 
 
