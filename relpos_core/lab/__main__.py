@@ -8,7 +8,9 @@ before any training starts (``relpos_core.outputs``: nothing inside the package 
 ``data/`` unless named, nothing replaced without ``--force``); every finished run is kept
 in ``<out>.partial.jsonl`` at once, and Ctrl-C writes the finished runs, marked
 ``"complete": false`` (so does ``kill <pid>``: the worker processes stop too). ``--resume`` continues an interrupted run from its partial file
-(same preset, seeds and learning rates), training only the runs it lacks.
+(same preset, seeds and learning rates), training only the runs it lacks. ``--runs``
+trains only some runs of the preset (a re-check of the claims that read them on new
+seeds, ``--seeds 10 11 12``); the results file's preset then lists only those runs.
 """
 from __future__ import annotations
 
