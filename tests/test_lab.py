@@ -421,35 +421,126 @@ def test_paired_differences_are_seed_by_seed_and_beyond_training_only_on_solved_
     d = R.paired(res, "t/a", "t/b", "L8", lr=1e-3)
     assert d["n"] == 5 and d["a_wins"] == 5 and d["low"] > 0  # at the training probe every seed counts
     assert [round(x, 2) for x in d["diffs"]] == [0.4, 0.2, 0.4, 0.2, 0.4]
-    far = R.paired(res, "t/a", "t/b", "L16", lr=1e-3)
+    far = R.paired(res, "t/a", "t/b", "L16", lr=1e-3, rule="training")
     assert far["n"] == 4 and far["seeds"] == [0, 1, 3, 4]  # seed 2: b did not solve its task
-    assert R.solved(res, "t/b") == (4, 5)
+    assert R.solved(res, "t/b", rule="training") == (4, 5)
     unsolved = _fake_results([1] * 5, [1] * 5, [False] * 5, [False] * 5)
-    none = R.paired(unsolved, "t/a", "t/b", "L16", lr=1e-3)
+    none = R.paired(unsolved, "t/a", "t/b", "L16", lr=1e-3, rule="training")
     assert none["n"] == 0 and math.isnan(none["mean"])
     claim = R.better(res, "t/a", "t/b", "L8")  # one learning rate, two budgets (the same model)
     assert claim["verdict"] == "holds" and all(claim["checks"].values())
-    assert R.better(unsolved, "t/a", "t/b", "L16")["verdict"] == "untestable"
-    assert R.solves(res, "t/b")["verdict"] == "does not hold"
-    assert R.solves(res, "t/b", at_least_k=4)["verdict"] == "holds"
+    assert (claim["testable"], claim["cells"]) == (2, 2) and R.testable_text(claim) == "2 of 2 cells"
+    assert R.better(unsolved, "t/a", "t/b", "L16", rule="training")["verdict"] == "untestable"
+    assert R.better(res, "t/b", "t/a", "L8")["verdict"] == "does not hold"  # the opposite is shown
+    assert R.solves(res, "t/b", rule="training")["verdict"] == "does not hold"
+    assert R.solves(res, "t/b", at_least_k=4, rule="training")["verdict"] == "holds"
     assert R.at_least(res, "t/a", "L8", 0.7)["verdict"] == "holds"
     assert R.at_most(res, "t/a", "L8", 0.7)["verdict"] == "does not hold"
     table = R.claims_table([("a beats b", claim)], res)
-    assert table.count("✓") == 2 and "**holds**" in table
+    assert table.count("✓") == 2 and "**holds**" in table and "| 2/2 |" in table
+
+
+def test_solved_is_read_from_the_held_out_evaluation():
+    # a: never stopped by the training rule, but 0.99 on held-out rows; b: stopped, 0.90 held out
+    res = _fake_results([0.99] * 5, [0.90] * 5, [False] * 5, [True] * 5)
+    assert R.solved(res, "t/a") == (5, 5) and R.solved(res, "t/a", rule="training") == (0, 5)
+    assert R.solved(res, "t/b") == (0, 5) and R.solved(res, "t/b", rule="training") == (5, 5)
+    assert R.solves(res, "t/a")["verdict"] == "holds"
+    assert len(R.values(res, "t/a", "L16", solved_only=True)) == 5  # judged beyond training
+    with pytest.raises(ValueError, match="rule must be one of"):
+        R.solved(res, "t/a", rule="train")
+    rows = R.length_table(res, "t", ["a", "b"])
+    assert rows[1]["L16"] is None and rows[1]["all"]["L16"]["mean"] == pytest.approx(0.9)
+    text = R.length_table_markdown(res, "t", ["a", "b"])
+    assert "| b | 0/5 | 0.90 | 0.90 (–) |" in text  # every run reported beside the solved ones
+
+
+def test_a_level_claim_needs_its_interval_past_the_level_and_three_runs():
+    near = _fake_results([0.95, 0.85, 0.92, 0.88, 0.93], [0.1] * 5, [True] * 5, [True] * 5)
+    c = R.at_least(near, "t/a", "L8", 0.9)  # mean 0.906, interval about [0.86, 0.96]
+    assert R.summary([0.95, 0.85, 0.92, 0.88, 0.93])["mean"] >= 0.9
+    assert c["verdict"] == "not shown" and not any(c["checks"].values()) and not any(c["opposite"].values())
+    assert "· 0.91 [0.86, 0.96] (5)" in R.claims_table([("a >= 0.9", c)], near)
+    assert R.at_least(near, "t/a", "L8", 0.8)["verdict"] == "holds"
+    assert R.at_least(near, "t/a", "L8", 0.99)["verdict"] == "does not hold"  # upper end below
+    assert R.margin(R.at_least(near, "t/a", "L8", 0.8)) == pytest.approx(
+        R.t_interval([0.95, 0.85, 0.92, 0.88, 0.93])["low"] - 0.8)
+    two = _fake_results([0.99, 0.98, 0.1, 0.1, 0.1], [0.1] * 5, [True] * 5, [True] * 5)
+    c2 = R.at_least(two, "t/a", "L16", 0.9, solved_only=True)  # only two runs solved
+    assert c2["verdict"] == "untestable" and c2["testable"] == 0
+    with pytest.raises(ValueError, match="level must be a number in"):
+        R.at_least(near, "t/a", "L8", 90)
+
+
+def test_permutation_p_is_exact_and_knows_its_smallest_value():
+    assert R.permutation_p([1, 2, 3], [4, 5, 6]) == pytest.approx(2 / 20)
+    assert R.permutation_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / 252)
+    assert R.permutation_p([1, 2, 3, 4, 5], [1.5, 2.5, 3.5, 4.5, 5.5], paired=True) == pytest.approx(2 / 32)
+    assert R.permutation_p([1, 1, 1], [1, 1, 1]) == 1.0
+    many = R.permutation_p(list(range(20)), [x + 30 for x in range(20)])  # sampled, seeded
+    assert many < 0.001 and many == R.permutation_p(list(range(20)), [x + 30 for x in range(20)])
+    with pytest.raises(ValueError, match="same length"):
+        R.permutation_p([1, 2], [1], paired=True)
 
 
 def test_verdicts_over_learning_rates_and_budgets():
     assert R.verdict({(1, 1): True, (1, 4): True, (2, 1): True, (2, 4): True}) == "holds"
     assert R.verdict({(1, 1): None, (1, 4): True, (2, 1): None, (2, 4): True}) == "holds where testable"
     assert R.verdict({(1, 1): None, (1, 4): None, (2, 1): None, (2, 4): None}) == "untestable"
-    assert R.verdict({(1, 1): None, (1, 4): False, (2, 1): None, (2, 4): False}) == "does not hold"
-    assert R.verdict({(1, 1): True, (1, 4): False, (2, 1): True, (2, 4): False}) == "budget-dependent"
-    assert R.verdict({(1, 1): True, (1, 4): True, (2, 1): False, (2, 4): False}) == "depends on the learning rate"
-    assert R.verdict({(1, 1): False, (1, 4): False, (2, 1): False, (2, 4): False}) == "does not hold"
-    assert R.verdict({(1, 1): True, (1, 4): False, (2, 1): False, (2, 4): True}) == "mixed"
-    assert R.verdict({(1, 1): False, (1, 4): True, (2, 1): True, (2, 4): True}) == "mixed"
+    assert R.verdict({(1, 1): None, (1, 4): False, (2, 1): None, (2, 4): False}) == "not shown"
+    both = {(1, 1): False, (1, 4): False, (2, 1): False, (2, 4): False}
+    assert R.verdict(both) == "not shown"
+    assert R.verdict(both, opposite={k: True for k in both}) == "does not hold"
+    assert R.verdict(both, opposite={(1, 1): True}) == "not shown"
+    by_budget = {(1, 1): True, (1, 4): False, (2, 1): True, (2, 4): False}
+    by_lr = {(1, 1): True, (1, 4): True, (2, 1): False, (2, 4): False}
+    # a pattern alone names no dependence: the interaction test must back it
+    assert R.verdict(by_budget) == "shown in some cells" and R.verdict(by_lr) == "shown in some cells"
+    assert R.verdict(by_budget, interaction={"budget": {1: 0.01, 2: 0.03}}) == "budget-dependent"
+    assert R.verdict(by_budget, interaction={"budget": {1: 0.01, 2: 0.2}}) == "shown in some cells"
+    assert R.verdict(by_lr, interaction={"lr": {1: 0.008, 4: 0.04}}) == "depends on the learning rate"
+    assert R.verdict(by_lr, interaction={"lr": {1: 0.008, 4: 0.09}}) == "shown in some cells"
+    assert R.verdict(by_lr, interaction={"budget": {1: 0.0, 2: 0.0}}) == "shown in some cells"
+    one_cell = {(1, 1): True, (1, 4): False, (2, 1): False, (2, 4): False}
+    assert R.verdict(one_cell, interaction={"lr": {1: 0.0, 4: 0.0}, "budget": {1: 0.0, 2: 0.0}}) == (
+        "shown in some cells")
     with pytest.raises(ValueError, match="checks must hold"):
         R.verdict({})
+
+
+def test_a_learning_rate_dependence_is_tested_before_it_is_named():
+    def two_lrs(a_low, a_high):
+        lo, hi = (_fake_results(a, [0.0] * 5, [True] * 5, [True] * 5, lr=lr) for a, lr in
+                  ((a_low, 1e-3), (a_high, 3e-3)))
+        return {**lo, "provenance": {"lrs": [1e-3, 3e-3]}, "runs": lo["runs"] + hi["runs"]}
+
+    clear = two_lrs([0.80, 0.82, 0.84, 0.81, 0.83], [0.97, 0.98, 0.99, 0.97, 0.98])
+    c = R.at_least(clear, "t/a", "L8", 0.9)
+    assert c["verdict"] == "depends on the learning rate"
+    assert c["interaction"]["lr"][1] == pytest.approx(2 / 252)
+    # the same pattern of cells, but the two learning rates' runs overlap: not significant
+    vague = two_lrs([0.80, 0.99, 0.90, 0.85, 0.96], [0.91, 0.92, 0.93, 0.94, 0.92])
+    v = R.at_least(vague, "t/a", "L8", 0.9)
+    assert [v["checks"][(lr, 1)] for lr in (1e-3, 3e-3)] == [False, True]
+    assert v["interaction"]["lr"][1] > 0.05 and v["verdict"] == "shown in some cells"
+    assert "shown in 2 of 4 cells" in R.claims_table([("a >= 0.9", v)], vague)
+
+
+def test_rows_for_a_standard_error():
+    assert R.rows_for_standard_error(3) == 834  # 2,500 labels at p = 0.5
+    assert R.rows_for_standard_error(96 / 32, se=0.03) == 93
+    with pytest.raises(ValueError, match="labels_per_row must be > 0"):
+        R.rows_for_standard_error(0)
+
+
+def test_retrieval_with_a_gap_needs_order_and_content_not_far_positions():
+    task = RetrievalTask(gap=2, min_pairs=1)
+    b = task.sample(2000, 16, torch.Generator().manual_seed(0))
+    floor, free = task.position_free_floor(b), task.binding_free_floor(b)
+    assert 0.40 < floor < 0.50 and 0.63 < free < 0.71  # knowing the values without their keys
+    assert task.order_rule_accuracy(b) == 1.0  # "the second value-type token after the key"
+    one = RetrievalTask(gap=2, num_pairs=1)
+    assert one.binding_free_floor(one.sample(50, 8, torch.Generator().manual_seed(1))) == 1.0
 
 
 # ----------------------------------------------------------------------------- the pipeline and the CLI
@@ -508,6 +599,20 @@ def test_cli_pipeline_end_to_end_on_the_tiny_preset(tiny_results):
     assert not (out / "lab-tiny.json.partial.jsonl").exists()
     marker = R.records(res, "marker/shaw")[0]
     assert set(R.result(marker, "L32")["parts"]) == {"sign", "distance"}
+
+
+def test_cli_trains_only_the_named_runs_on_new_seeds(tmp_path):
+    out = tmp_path / "recheck.json"
+    with lab.train.threads(1):
+        res = lab_main(["--preset", "tiny", "--runs", "retrieval_gap/rope", "--seeds", "10", "11", "--lrs", "3e-3",
+                        "--out", str(out), "--no-progress", "--workers", "1", "--no-plots"])
+    assert [r["run_id"] for r in res["runs"]] == ["retrieval_gap/rope"] * 2
+    assert [r["seed"] for r in res["runs"]] == [10, 11]
+    loaded = R.load_results(out)
+    assert loaded["provenance"]["runs"] == ["retrieval_gap/rope"] and R.complete_seeds(loaded) == [10, 11]
+    assert [r["run_id"] for r in loaded["preset"]["runs"]] == ["retrieval_gap/rope"]
+    with pytest.raises(ValueError, match="run_ids must be run ids of preset"):
+        lab.presets.subset(get_preset("tiny"), ["copy/nope"])
 
 
 @pytest.mark.slow
@@ -615,6 +720,7 @@ def test_load_results_rejects_other_files(tmp_path):
     (["--threads", "0"], "argument --threads: must be an integer in"),
     (["--workers", "0"], "argument --workers: must be an integer in"),
     (["--resume"], "argument --resume: name the interrupted run's results file with --out"),
+    (["--preset", "tiny", "--runs", "copy/nope"], "argument --runs: distinct run ids of preset 'tiny'"),
 ])
 def test_cli_rejects_bad_arguments_before_training(argv, message, capsys, monkeypatch):
     monkeypatch.setattr(lab.train, "run_preset", lambda *a, **k: pytest.fail("training started"))

@@ -8,7 +8,9 @@ before any training starts (``relpos_core.outputs``: nothing inside the package 
 ``data/`` unless named, nothing replaced without ``--force``); every finished run is kept
 in ``<out>.partial.jsonl`` at once, and Ctrl-C writes the finished runs, marked
 ``"complete": false`` (so does ``kill <pid>``: the worker processes stop too). ``--resume`` continues an interrupted run from its partial file
-(same preset, seeds and learning rates), training only the runs it lacks.
+(same preset, seeds and learning rates), training only the runs it lacks. ``--runs``
+trains only some runs of the preset (a re-check of the claims that read them on new
+seeds, ``--seeds 10 11 12``); the results file's preset then lists only those runs.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import time
 from ..cli import integer_in
 from ..outputs import Output, read_partial, read_unfinished, terminate_as_interrupt
 from ..provenance import load_average
-from .presets import PRESETS, get_preset
+from .presets import PRESETS, get_preset, subset
 
 MAX_SEEDS = 16
 MAX_SEED = 2**31 - 1
@@ -41,7 +43,7 @@ def _learning_rate(text: str) -> float:
 def _head_of(p: dict) -> dict:
     """The partial file's head, rebuilt from an interrupted results file's provenance."""
     return dict(preset=p["preset"], seeds=p["seeds"], lrs=p["lrs"], git_commit=p["git_commit"],
-                load_start=p.get("load_average_start"))
+                load_start=p.get("load_average_start"), runs=p.get("runs"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"seeds to run, integers in [0, {MAX_SEED}], at most {MAX_SEEDS} (default: the preset's)")
     ap.add_argument("--lrs", type=_learning_rate, nargs="+", default=None, metavar="LR",
                     help="learning rates, numbers in (0, 1) (default: the preset's)")
+    ap.add_argument("--runs", nargs="+", default=None, metavar="TASK/VARIANT",
+                    help="train only these runs of the preset (run ids such as retrieval_gap/fire; default: "
+                         "all): a re-check of some claims on new seeds. The results file's preset lists only "
+                         "these runs")
     ap.add_argument("--out", default=None, metavar="FILE.json",
                     help="results file; PNG plots are written beside it (default: ./relpos-results/"
                          "lab-<preset>-<time>.json). A file inside the package or data/ is written only when "
@@ -107,6 +113,15 @@ def main(argv=None) -> dict:
         ap.error(f"argument --out: plots named {output.path.stem}-*.png exist beside {output.path}: "
                  f"pass --force to replace them")
     preset = get_preset(args.preset)
+    if args.runs is not None:
+        known = [r.run_id for r in preset.runs]
+        unknown = [r for r in args.runs if r not in known]
+        if unknown or len(set(args.runs)) != len(args.runs):
+            ap.error(f"argument --runs: distinct run ids of preset {preset.name!r} ({', '.join(known)}), "
+                     f"got {args.runs}")
+        preset = subset(preset, args.runs)
+    if args.resume and head.get("runs") != args.runs:
+        ap.error(f"argument --resume: the partial run trained runs {head.get('runs') or 'all'}; pass the same")
     seeds = tuple(args.seeds) if args.seeds is not None else preset.seeds
     lrs = tuple(args.lrs) if args.lrs is not None else preset.lrs
     if args.resume and (list(seeds) != head.get("seeds") or list(lrs) != head.get("lrs")):
@@ -120,7 +135,7 @@ def main(argv=None) -> dict:
     commit = head["git_commit"] if args.resume else results.git_commit()  # the code at the start
     load_start = head.get("load_start") if args.resume else load_average()
     new_head = dict(preset=preset.name, seeds=list(seeds), lrs=list(lrs), command=command, git_commit=commit,
-                    load_start=load_start)
+                    load_start=load_start, runs=args.runs)
     order = {(s.run_id, seed, lr): i for i, (s, seed, lr) in enumerate(jobs_of(preset, seeds, lrs))}
     skip = [(r["run_id"], r["seed"], r["lr"]) for r in done]
     earlier_wall = sum(r.get("train_s", 0) + r.get("eval_s", 0) for r in done) / max(1, args.workers)

@@ -408,7 +408,7 @@ def save_plots(results: dict, out_dir, stem: str) -> list[str]:
         if not variants:
             continue
         rows = R.length_table(results, task, variants, budget=budget)
-        probes = [k for k in rows[0] if k not in ("variant", "solved")]
+        probes = R._probe_keys(rows[0])
         lengths = [int(k[1:]) for k in probes]
         fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.8))
         for row in rows:

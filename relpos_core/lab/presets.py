@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from relpos_core import schemes
 
 __all__ = ["Probe", "TaskSetup", "RunSpec", "Preset", "PRESETS", "get_preset", "MAIN_SCHEMES", "schemes_for",
-           "ladder", "LONGEST"]
+           "ladder", "LONGEST", "subset"]
 
 LONGEST = 512  # every length test reaches at least this many tokens
 # every declared scheme and variant that trains on the language tasks (a variant made for one
@@ -266,6 +266,18 @@ PRESETS["tiny"] = replace(
     lrs=(3e-3, 1e-3), seeds=(0,), solve_window=2, warmup_steps=2, log_points=3, tasks=_TINY_TASKS,
     runs=_TINY_RUNS, experiments=_experiments(_TINY_RUNS),
 )
+
+
+def subset(preset: Preset, run_ids) -> Preset:
+    """``preset`` with only the runs ``run_ids`` (in the preset's order; the experiments keep
+    only those): a re-check of some claims on new seeds trains just the runs they read."""
+    ids = list(run_ids)
+    known = [r.run_id for r in preset.runs]
+    if not ids or any(i not in known for i in ids):
+        raise ValueError(f"run_ids must be run ids of preset {preset.name!r} ({', '.join(known)}), got {ids}")
+    runs = tuple(r for r in preset.runs if r.run_id in ids)
+    experiments = {k: [i for i in v if i in ids] for k, v in preset.experiments.items()}
+    return replace(preset, runs=runs, experiments=experiments)
 
 
 def get_preset(name: str) -> Preset:

@@ -13,16 +13,27 @@ A results file is one JSON object:
   solved at (or None), the learning curve, and per budget the evaluation at every probe.
 
 Statistics (all over runs that share a learning rate; each claim is checked at every
-learning rate and every budget):
+learning rate and every budget, its *cells*):
 
 * ``summary``: mean, sample standard deviation, min, max;
 * ``t_interval``: Student's t interval for a mean (two-sided, 95% by default);
+* ``held_out_solved``: whether a run solved its task, read from its held-out evaluation at
+  the training condition (accuracy >= ``SOLVED_HELD_OUT``, 0.95); the training rule that
+  stops a run (``solved_at``) is kept as ``rule="training"``;
 * ``paired``: scheme A minus scheme B seed by seed (the two saw the same batches and are
   scored on the same rows), with the interval of the mean difference and the count of
   seeds each way; at a probe other than the training one only seeds where both runs
   solved their task count ("k of N solved");
-* ``verdict``: a claim checked at every (learning rate, budget): "holds", "budget-dependent",
-  "depends on the learning rate", "mixed", "does not hold" or "untestable".
+* ``permutation_p``: a two-sided exact permutation test of a difference of means (the
+  interaction test behind "depends on the learning rate" and "budget-dependent");
+* ``verdict``: a claim checked at every (learning rate, budget) cell: "holds", "holds
+  where testable", "depends on the learning rate", "budget-dependent", "shown in some
+  cells", "not shown", "does not hold" (the opposite shown) or "untestable".
+
+A level claim (``at_least``, ``at_most``) is shown in a cell when the whole 95% interval of
+the mean lies past the level, over at least ``min_seeds`` (3) runs; a comparison
+(``better``) when the interval of the paired difference lies above zero. A cell whose
+interval straddles the boundary is "not shown", not "does not hold".
 """
 from __future__ import annotations
 
@@ -39,7 +50,8 @@ __all__ = [
     "FORMAT", "COMMITTED", "build_results", "results_text", "save_results", "load_results", "committed_path",
     "load_committed", "from_partial", "complete_seeds", "only_complete_seeds", "lrs", "budgets", "records", "result", "values", "solved", "steps_to_solve", "summary",
     "t_quantile", "t_interval", "paired", "verdict", "VERDICTS", "better", "at_least", "at_most", "solves",
-    "claims_table",
+    "claims_table", "SOLVED_HELD_OUT", "SOLVE_RULES", "held_out_solved", "is_solved", "permutation_p", "margin",
+    "testable_text", "rows_for_standard_error",
     "length_table", "length_table_markdown",
     "detail_accuracy", "cosine_similarity", "provenance_line", "git_commit",
 ]
@@ -51,7 +63,11 @@ COMMITTED = "lab-full.json"  # the committed results the chapters read
 def build_results(preset, seeds, lrs, run_output: dict, *, command: str | None = None,
                   commit: str | None = None) -> dict:
     """The results object for ``run_output`` (from ``train.run_preset``). Pass ``commit``
-    (``git_commit()`` taken before training) so edits made while it ran do not count."""
+    (``git_commit()`` taken before training) so edits made while it ran do not count. A
+    preset cut down to some of its runs (``presets.subset``, ``--runs``) names them in the
+    provenance's ``runs``."""
+    from .presets import PRESETS
+
     provenance = {
         **machine("cpu", commit=commit),  # the lab trains on the CPU
         "preset": preset.name,
@@ -63,6 +79,8 @@ def build_results(preset, seeds, lrs, run_output: dict, *, command: str | None =
         "cpu_s": run_output.get("cpu_s"),
         "command": command,
     }
+    if preset.name in PRESETS and len(preset.runs) < len(PRESETS[preset.name].runs):
+        provenance["runs"] = [r.run_id for r in preset.runs]  # a subset of the named preset (--runs)
     if "load_start" in run_output:
         provenance["load_average_start"] = run_output["load_start"]
     return {"format": FORMAT, "provenance": provenance, "preset": preset.to_dict(), "runs": run_output["runs"]}
@@ -132,7 +150,7 @@ def from_partial(path, *, preset=None) -> dict:
     were trained with (default: the one named in the file, as this code defines it).
     """
     from ..outputs import read_partial
-    from .presets import get_preset
+    from .presets import get_preset, subset
     from .train import jobs_of
 
     path = Path(path)
@@ -141,7 +159,10 @@ def from_partial(path, *, preset=None) -> dict:
     head, rows = read_partial(path)
     if not head or not all(k in head for k in ("preset", "seeds", "lrs", "git_commit")):
         raise ValueError(f"{path} has no head line with preset, seeds, lrs and git_commit: not a lab partial file")
-    preset = get_preset(head["preset"]) if preset is None else preset
+    if preset is None:
+        preset = get_preset(head["preset"])
+        if head.get("runs"):
+            preset = subset(preset, head["runs"])
     if preset.name != head["preset"]:
         raise ValueError(f"preset must be the file's preset {head['preset']!r}, got {preset.name!r}")
     order = {(s.run_id, seed, lr): i for i, (s, seed, lr) in enumerate(jobs_of(preset, head["seeds"], head["lrs"]))}
@@ -227,22 +248,53 @@ def _field(evaluation: dict, what: str) -> float:
     return evaluation["parts"][what]
 
 
+SOLVED_HELD_OUT = 0.95  # held-out accuracy at the training condition that counts as solved
+SOLVE_RULES = ("held_out", "training")
+
+
+def _first_probe(results: dict, task: str) -> str:
+    return results["preset"]["tasks"][task]["probes"][0]["name"]
+
+
+def held_out_solved(results: dict, record: dict, budget: int = 1, threshold: float = SOLVED_HELD_OUT) -> bool:
+    """Whether ``record`` solved its task within ``budget``, read from its held-out evaluation:
+    accuracy at the task's first probe (the training condition, fresh rows) >= ``threshold``.
+
+    The training rule (0.99 over the last 50 training steps) stops a run; it is stricter than
+    the evaluation and misses runs that score >= 0.99 on held-out rows, so results read
+    "solved" from here."""
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
+    return result(record, _first_probe(results, record["task"]), budget)["accuracy"] >= threshold
+
+
+def is_solved(results: dict, record: dict, budget: int = 1, rule: str = "held_out") -> bool:
+    """``record`` solved within ``budget`` by ``rule``: "held_out" (``held_out_solved``) or
+    "training" (the rule that stopped training)."""
+    if rule == "held_out":
+        return held_out_solved(results, record, budget)
+    if rule == "training":
+        return bool(record["budgets"][str(budget)]["solved"])
+    raise ValueError(f"rule must be one of {SOLVE_RULES}, got {rule!r}")
+
+
 def values(results: dict, run_id: str, probe: str, *, budget: int = 1, lr: float | None = None,
-           what: str = "accuracy", solved_only: bool = False) -> dict:
+           what: str = "accuracy", solved_only: bool = False, rule: str = "held_out") -> dict:
     """``{(lr, seed): value}`` of ``run_id`` at ``probe`` after ``budget``; ``solved_only``:
-    only the runs solved within that budget."""
+    only the runs solved within that budget (by ``rule``, ``is_solved``)."""
     out = {}
     for r in records(results, run_id, lr):
-        if solved_only and not r["budgets"][str(budget)]["solved"]:
+        if solved_only and not is_solved(results, r, budget, rule):
             continue
         out[(r["lr"], r["seed"])] = _field(result(r, probe, budget), what)
     return out
 
 
-def solved(results: dict, run_id: str, *, budget: int = 1, lr: float | None = None) -> tuple[int, int]:
-    """(k, N): runs of ``run_id`` solved within ``budget``, of all its runs."""
+def solved(results: dict, run_id: str, *, budget: int = 1, lr: float | None = None,
+           rule: str = "held_out") -> tuple[int, int]:
+    """(k, N): runs of ``run_id`` solved within ``budget`` (by ``rule``), of all its runs."""
     recs = records(results, run_id, lr)
-    return sum(r["budgets"][str(budget)]["solved"] for r in recs), len(recs)
+    return sum(is_solved(results, r, budget, rule) for r in recs), len(recs)
 
 
 def steps_to_solve(results: dict, run_id: str, lr: float | None = None) -> dict:
@@ -320,20 +372,20 @@ def t_interval(vals, confidence: float = 0.95) -> dict:
 
 
 def paired(results: dict, run_a: str, run_b: str, probe: str, *, budget: int = 1, lr: float,
-           what: str = "accuracy", solved_only: bool | None = None, confidence: float = 0.95) -> dict:
+           what: str = "accuracy", solved_only: bool | None = None, confidence: float = 0.95,
+           rule: str = "held_out") -> dict:
     """``run_a`` minus ``run_b`` at ``probe``, seed by seed, at one learning rate and budget.
 
     ``solved_only`` (default: True except at the task's first probe, the training
-    condition): only seeds where both runs solved their task within the budget. Returns
-    {diffs, seeds, mean, low, high, n, a_wins, b_wins, ties} (low/high: the t interval of
-    the mean difference; NaN when no seed is left).
+    condition): only seeds where both runs solved their task within the budget (by
+    ``rule``). Returns {diffs, seeds, mean, low, high, n, a_wins, b_wins, ties} (low/high:
+    the t interval of the mean difference; NaN when no seed is left).
     """
     task = records(results, run_a, lr)[0]["task"]
-    first = results["preset"]["tasks"][task]["probes"][0]["name"]
     if solved_only is None:
-        solved_only = probe != first
-    a = values(results, run_a, probe, budget=budget, lr=lr, what=what, solved_only=solved_only)
-    b = values(results, run_b, probe, budget=budget, lr=lr, what=what, solved_only=solved_only)
+        solved_only = probe != _first_probe(results, task)
+    a = values(results, run_a, probe, budget=budget, lr=lr, what=what, solved_only=solved_only, rule=rule)
+    b = values(results, run_b, probe, budget=budget, lr=lr, what=what, solved_only=solved_only, rule=rule)
     seeds = sorted(set(a) & set(b))
     diffs = [a[s] - b[s] for s in seeds]
     out = {"diffs": diffs, "seeds": [s[1] for s in seeds], "n": len(diffs),
@@ -347,128 +399,307 @@ def paired(results: dict, run_a: str, run_b: str, probe: str, *, budget: int = 1
     return out
 
 
-VERDICTS = ("holds", "holds where testable", "budget-dependent", "depends on the learning rate", "mixed",
-            "does not hold", "untestable")
+MAX_EXACT = 20_000  # label arrangements enumerated by permutation_p before it samples
 
 
-def verdict(checks: dict) -> str:
-    """A claim's verdict from ``{(lr, budget): True | False | None}``, checked at every learning
-    rate and budget (None: not testable there, e.g. too few runs solved the task to compare).
+def permutation_p(a, b, *, paired: bool = False, draws: int = 20_000, seed: int = 0) -> float:
+    """Two-sided permutation p-value of mean(a) - mean(b).
 
-    "holds": true everywhere; "holds where testable": true wherever it could be tested, but
-    some budget could not test it at any learning rate (no model had solved the task yet);
-    "budget-dependent": the same at every learning rate but not at every budget;
-    "depends on the learning rate": the same at every budget but not at every learning rate;
-    "mixed": true at some (learning rate, budget) and false at others, in a pattern neither the
-    budget nor the learning rate alone explains; "does not hold": false everywhere it was
-    tested; "untestable": nowhere testable.
+    ``paired=False``: the labels of the pooled values are permuted (every split of them
+    into groups of len(a) and len(b)); ``paired=True``: a and b are pairs (the same seed)
+    and the sign of each difference is flipped. Exact when there are at most ``MAX_EXACT``
+    arrangements, otherwise ``draws`` random ones (seeded). The smallest p it can give is
+    the share of arrangements as extreme as the observed one (two groups of 5: 2 / 252;
+    5 pairs: 2 / 32, so 5 pairs can never reach p < 0.05)."""
+    import itertools
+    import random
+
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    if not a or not b:
+        raise ValueError(f"a and b must hold at least one number each, got {len(a)} and {len(b)}")
+    if paired and len(a) != len(b):
+        raise ValueError(f"paired: a and b must have the same length, got {len(a)} and {len(b)}")
+    tol = 1e-12
+    if paired:
+        d = [x - y for x, y in zip(a, b)]
+        obs = abs(sum(d))
+        if 2 ** len(d) <= MAX_EXACT:
+            signs = itertools.product((1, -1), repeat=len(d))
+            hits = [abs(sum(s * x for s, x in zip(sg, d))) >= obs - tol for sg in signs]
+            return sum(hits) / len(hits)
+        rng = random.Random(seed)
+        hits = sum(abs(sum(x if rng.random() < 0.5 else -x for x in d)) >= obs - tol for _ in range(draws))
+        return (hits + 1) / (draws + 1)
+    pool, n_a = a + b, len(a)
+    total = sum(pool)
+
+    def stat(idx):
+        s_a = sum(pool[i] for i in idx)
+        return abs(s_a / n_a - (total - s_a) / len(b))
+
+    obs = stat(range(n_a))
+    if math.comb(len(pool), n_a) <= MAX_EXACT:
+        hits = [stat(idx) >= obs - tol for idx in itertools.combinations(range(len(pool)), n_a)]
+        return sum(hits) / len(hits)
+    rng = random.Random(seed)
+    hits = sum(stat(rng.sample(range(len(pool)), n_a)) >= obs - tol for _ in range(draws))
+    return (hits + 1) / (draws + 1)
+
+
+VERDICTS = ("holds", "holds where testable", "depends on the learning rate", "budget-dependent",
+            "shown in some cells", "not shown", "does not hold", "untestable")
+ALPHA = 0.05  # the interaction test's level
+
+
+def verdict(checks: dict, *, opposite: dict | None = None, interaction: dict | None = None,
+            alpha: float = ALPHA) -> str:
+    """A claim's verdict from ``{(lr, budget): True | False | None}``: True where the claim is
+    shown there, False where it is not shown, None where it cannot be tested (too few runs).
+
+    ``opposite``: ``{(lr, budget): bool}``, where the reverse is shown (the interval lies on
+    the other side of the boundary). ``interaction``: ``{"lr": {budget: p}, "budget": {lr:
+    p}}``, the permutation tests of the difference between learning rates (per budget) and
+    between budgets (per learning rate); without them no verdict names a dependence.
+
+    "holds": shown in every cell; "holds where testable": shown in every cell that could
+    be tested, some could not; "not shown": shown nowhere it was tested; "does not hold":
+    the opposite shown in every tested cell; "depends on the learning rate": shown at
+    every budget of some learning rates and at none of others, and the difference between
+    the learning rates is significant (p < ``alpha``) at every budget where the cells
+    differ; "budget-dependent": the same for budgets; "shown in some cells": any other
+    pattern (the table says in which cells); "untestable": nowhere testable.
     """
     if not checks:
         raise ValueError("checks must hold at least one (lr, budget) result")
     tested = {k: v for k, v in checks.items() if v is not None}
     if not tested:
         return "untestable"
-    vals = list(tested.values())
+    if all(tested.values()):
+        return "holds" if len(tested) == len(checks) else "holds where testable"
+    if not any(tested.values()):
+        if opposite and all(opposite.get(k, False) for k in tested):
+            return "does not hold"
+        return "not shown"
     the_lrs = sorted({k[0] for k in checks})
     the_budgets = sorted({k[1] for k in checks})
-    if all(vals):
-        untested_budget = any(all(checks[(lr, b)] is None for lr in the_lrs) for b in the_budgets)
-        return "holds where testable" if (untested_budget or len(tested) < len(checks)) else "holds"
-    if not any(vals):
-        return "does not hold"
-    if all(len({checks[(lr, b)] for lr in the_lrs} - {None}) <= 1 for b in the_budgets):
-        return "budget-dependent"
-    if all(len({checks[(lr, b)] for b in the_budgets} - {None}) <= 1 for lr in the_lrs):
+    inter = interaction or {}
+
+    def by(axis_values, other_values, key, tests):
+        """True when each value of the other axis gives one answer along this axis's cells,
+        the answers differ, and every differing slice passes its test."""
+        rows = {}
+        for o in other_values:
+            seen = {checks[key(o, x)] for x in axis_values} - {None}
+            if len(seen) > 1:
+                return False
+            rows[o] = seen
+        if not tests:
+            return False
+        for x in axis_values:  # the slices along the other axis where the answers differ
+            seen = {checks[key(o, x)] for o in other_values} - {None}
+            if len(seen) > 1 and not (tests.get(x) is not None and tests[x] < alpha):
+                return False
+        return True
+
+    if by(the_budgets, the_lrs, lambda lr, b: (lr, b), inter.get("lr")):
         return "depends on the learning rate"
-    return "mixed"
+    if by(the_lrs, the_budgets, lambda b, lr: (lr, b), inter.get("budget")):
+        return "budget-dependent"
+    return "shown in some cells"
 
 
-def _everywhere(results: dict, check) -> dict:
-    """``check(lr, budget) -> (bool, stats)`` at every learning rate and budget: {verdict, checks, stats}."""
-    checks, stats = {}, {}
+def _interactions(results: dict, samples: dict) -> dict:
+    """Permutation tests behind a dependence: per budget, the two learning rates' samples
+    (different models: labels permuted); between the first and the last budget, the same
+    runs paired by (learning rate, seed), signs flipped, pooled over the learning rates
+    (five pairs alone can never reach p < 0.05). ``samples``: {(lr, budget): {seed: value}}."""
+    the_lrs, the_budgets = lrs(results), budgets(results)
+    out = {"lr": {}, "budget": {}}
+    if len(the_lrs) == 2:
+        for b in the_budgets:
+            x, y = samples[(the_lrs[0], b)], samples[(the_lrs[1], b)]
+            out["lr"][b] = permutation_p(list(x.values()), list(y.values())) if x and y else None
+    if len(the_budgets) >= 2:  # pooled over the learning rates: pairs (lr, seed)
+        first, last = the_budgets[0], the_budgets[-1]
+        xs, ys = [], []
+        for lr in the_lrs:
+            x, y = samples[(lr, first)], samples[(lr, last)]
+            for s in sorted(set(x) & set(y)):
+                xs.append(x[s])
+                ys.append(y[s])
+        p = permutation_p(xs, ys, paired=True) if xs else None
+        out["budget"] = {lr: p for lr in the_lrs}
+    return out
+
+
+def _everywhere(results: dict, check, kind: str, level: float | None = None) -> dict:
+    """``check(lr, budget) -> (shown, opposite, stats, samples)`` at every cell: {verdict,
+    checks, opposite, stats, interaction, testable, cells, kind, level}."""
+    checks, opposite, stats, samples = {}, {}, {}, {}
     for lr in lrs(results):
         for b in budgets(results):
-            checks[(lr, b)], stats[(lr, b)] = check(lr, b)
-    return {"verdict": verdict(checks), "checks": checks, "stats": stats}
+            checks[(lr, b)], opposite[(lr, b)], stats[(lr, b)], samples[(lr, b)] = check(lr, b)
+    inter = _interactions(results, samples)
+    return {"verdict": verdict(checks, opposite=opposite, interaction=inter), "checks": checks,
+            "opposite": opposite, "stats": stats, "interaction": inter,
+            "testable": sum(v is not None for v in checks.values()), "cells": len(checks),
+            "kind": kind, "level": level}
 
 
 def better(results: dict, run_a: str, run_b: str, probe: str, *, what: str = "accuracy", min_seeds: int = 3,
-           solved_only: bool | None = None) -> dict:
-    """The claim "A scores higher than B at ``probe``": at each (learning rate, budget) the 95% t
-    interval of the paired difference A - B lies above 0 (at a probe beyond the training one, over
-    the seeds where both runs solved; with fewer than ``min_seeds`` such seeds it is not testable
-    there). Returns {verdict, checks, stats}."""
+           solved_only: bool | None = None, rule: str = "held_out") -> dict:
+    """The claim "A scores higher than B at ``probe``": shown in a (learning rate, budget)
+    cell where the 95% t interval of the paired difference A - B lies above 0 (at a probe
+    beyond the training one, over the seeds where both runs solved, by ``rule``; with fewer
+    than ``min_seeds`` such seeds it is not testable there); the opposite where it lies
+    below 0. Returns {verdict, checks, opposite, stats, interaction, testable, cells, ...}."""
     def check(lr, b):
-        d = paired(results, run_a, run_b, probe, budget=b, lr=lr, what=what, solved_only=solved_only)
-        return (None if d["n"] < min_seeds else bool(d["low"] > 0)), d
+        d = paired(results, run_a, run_b, probe, budget=b, lr=lr, what=what, solved_only=solved_only, rule=rule)
+        if d["n"] < min_seeds:
+            return None, False, d, {}
+        return bool(d["low"] > 0), bool(d["high"] < 0), d, dict(zip(d["seeds"], d["diffs"]))
 
-    return _everywhere(results, check)
+    return _everywhere(results, check, "better")
+
+
+def _level(results, run_id, probe, level, sign, what, solved_only, min_seeds, rule):
+    if not isinstance(level, (int, float)) or not 0 <= level <= 1:
+        raise ValueError(f"level must be a number in [0, 1], got {level!r}")
+
+    def check(lr, b):
+        got = values(results, run_id, probe, budget=b, lr=lr, what=what, solved_only=solved_only, rule=rule)
+        if len(got) < min_seeds:
+            s = summary(got.values()) if got else {"mean": math.nan, "n": 0}
+            return None, False, dict(s, low=math.nan, high=math.nan), {}
+        ti = t_interval(list(got.values()))
+        shown = ti["low"] >= level if sign > 0 else ti["high"] <= level
+        reverse = ti["high"] < level if sign > 0 else ti["low"] > level
+        return bool(shown), bool(reverse), ti, {seed: v for (_, seed), v in got.items()}
+
+    return _everywhere(results, check, "at_least" if sign > 0 else "at_most", level)
 
 
 def at_least(results: dict, run_id: str, probe: str, level: float, *, what: str = "accuracy",
-             solved_only: bool = False) -> dict:
-    """The claim "``run_id`` reaches ``level`` at ``probe``": the mean over the seeds of each (learning
-    rate, budget) is at least ``level``. Returns {verdict, checks, stats}."""
-    def check(lr, b):
-        vals = list(values(results, run_id, probe, budget=b, lr=lr, what=what, solved_only=solved_only).values())
-        s = summary(vals) if vals else {"mean": math.nan, "n": 0}
-        return (None if not vals else bool(s["mean"] >= level)), s
-
-    return _everywhere(results, check)
+             solved_only: bool = False, min_seeds: int = 3, rule: str = "held_out") -> dict:
+    """The claim "``run_id`` reaches ``level`` at ``probe``": shown in a (learning rate,
+    budget) cell where the lower end of the 95% t interval of the mean over its runs (at
+    least ``min_seeds``) is at least ``level``; the opposite where the upper end is below it."""
+    return _level(results, run_id, probe, level, +1, what, solved_only, min_seeds, rule)
 
 
 def at_most(results: dict, run_id: str, probe: str, level: float, *, what: str = "accuracy",
-            solved_only: bool = False) -> dict:
-    """The claim "``run_id`` stays at or below ``level`` at ``probe``" (mean over the seeds)."""
-    def check(lr, b):
-        vals = list(values(results, run_id, probe, budget=b, lr=lr, what=what, solved_only=solved_only).values())
-        s = summary(vals) if vals else {"mean": math.nan, "n": 0}
-        return (None if not vals else bool(s["mean"] <= level)), s
-
-    return _everywhere(results, check)
+            solved_only: bool = False, min_seeds: int = 3, rule: str = "held_out") -> dict:
+    """The claim "``run_id`` stays at or below ``level`` at ``probe``": the upper end of the
+    95% interval of the mean is at most ``level`` (the opposite: the lower end above it)."""
+    return _level(results, run_id, probe, level, -1, what, solved_only, min_seeds, rule)
 
 
-def solves(results: dict, run_id: str, *, at_least_k: int | None = None) -> dict:
+def solves(results: dict, run_id: str, *, at_least_k: int | None = None, rule: str = "held_out") -> dict:
     """The claim "``run_id`` solves its task": at each (learning rate, budget) at least ``at_least_k``
-    of its runs (default: all) were solved within the budget."""
+    of its runs (default: all) were solved within the budget (by ``rule``: read from the
+    held-out evaluation by default). A count is observed, not estimated: where it falls
+    short the claim does not hold there."""
     def check(lr, b):
-        k, n = solved(results, run_id, budget=b, lr=lr)
-        return k >= (n if at_least_k is None else at_least_k), {"solved": k, "runs": n}
+        recs = records(results, run_id, lr)
+        hit = {r["seed"]: float(is_solved(results, r, b, rule)) for r in recs}
+        k, n = int(sum(hit.values())), len(hit)
+        ok = k >= (n if at_least_k is None else at_least_k)
+        return ok, not ok, {"solved": k, "runs": n}, hit
 
-    return _everywhere(results, check)
+    return _everywhere(results, check, "solves", at_least_k)
+
+
+def margin(claim: dict) -> float | None:
+    """How far a claim stays on its side of the boundary at its tightest tested cell: the
+    lower end of the interval (``better``), its distance from the level (``at_least``:
+    low - level; ``at_most``: level - high), or runs to spare (``solves``). None where no
+    cell was tested."""
+    tested = [k for k, v in claim["checks"].items() if v is not None]
+    if not tested:
+        return None
+    st = [claim["stats"][k] for k in tested]
+    kind = claim.get("kind")
+    if kind == "better":
+        return min(s["low"] for s in st)
+    if kind == "at_least":
+        return min(s["low"] - claim["level"] for s in st)
+    if kind == "at_most":
+        return min(claim["level"] - s["high"] for s in st)
+    if kind == "solves":
+        need = claim["level"]
+        return min(s["solved"] - (s["runs"] if need is None else need) for s in st)
+    raise ValueError(f"claim must come from better, at_least, at_most or solves, got kind {kind!r}")
+
+
+def testable_text(claim: dict) -> str:
+    """"k of n cells": where the claim could be tested."""
+    return f"{claim['testable']} of {claim['cells']} cells"
 
 
 def _stat_text(st: dict) -> str:
     if "solved" in st:
         return f"{st['solved']}/{st['runs']} solved"
-    if "low" in st:
-        if st["n"] == 0:
-            return "no seed solved"
+    if st.get("n", 0) == 0:
+        return "no seed solved" if "diffs" in st else "–"
+    if "diffs" in st:
         return f"{st['mean']:+.2f} [{st['low']:+.2f}, {st['high']:+.2f}] ({st['n']})"
-    return "–" if st.get("n", 0) == 0 else f"{st['mean']:.2f}"
+    if math.isnan(st.get("low", math.nan)):
+        return f"{st['mean']:.2f} ({st['n']})"
+    return f"{st['mean']:.2f} [{st['low']:.2f}, {st['high']:.2f}] ({st['n']})"
+
+
+def _verdict_text(c: dict) -> str:
+    v = c["verdict"]
+    if v == "shown in some cells":
+        return f"shown in {sum(x is True for x in c['checks'].values())} of {c['testable']} cells"
+    if v in ("depends on the learning rate", "budget-dependent"):
+        tests = c["interaction"]["lr" if v.startswith("depends") else "budget"]
+        ps = [p for p in tests.values() if p is not None]
+        return f"{v} (p ≤ {max(ps):.3f})" if ps else v
+    return v
 
 
 def claims_table(rows, results: dict) -> str:
     """A Markdown table of claims: one row per (text, claim) with the numbers behind the claim at
-    every (learning rate, budget) (paired mean difference [95% interval] (seeds), mean, or runs
-    solved), a mark for whether it holds there (✓, ✗, or ? where it cannot be tested), and the
-    verdict."""
+    every (learning rate, budget) (paired mean difference or mean with its 95% interval and
+    runs, or runs solved), a mark for what it shows there (✓ shown, ✗ the opposite shown,
+    · not shown either way, ? not testable), the cells testable, and the verdict."""
     keys = [(lr, b) for lr in lrs(results) for b in budgets(results)]
     head = "| claim | " + " | ".join(f"lr {lr:g}, {'cap' if b == 1 else f'{b}x cap'}" for lr, b in keys)
-    lines = [head + " | verdict |", "|---|" + "---|" * len(keys) + "---|"]
+    lines = [head + " | testable | verdict |", "|---|" + "---|" * len(keys) + "---|---|"]
     for text, c in rows:
-        marks = {True: "✓ ", False: "✗ ", None: "? "}
-        cells = [marks[c["checks"][k]] + _stat_text(c["stats"][k]) for k in keys]
-        lines.append(f"| {text} | " + " | ".join(cells) + f" | **{c['verdict']}** |")
+        cells = []
+        for k in keys:
+            mark = ("? " if c["checks"][k] is None else "✓ " if c["checks"][k]
+                    else "✗ " if c.get("opposite", {}).get(k) else "· ")
+            cells.append(mark + _stat_text(c["stats"][k]))
+        lines.append(f"| {text} | " + " | ".join(cells)
+                     + f" | {c['testable']}/{c['cells']} | **{_verdict_text(c)}** |")
     return "\n".join(lines)
+
+
+def rows_for_standard_error(labels_per_row: float, se: float = 0.01, p: float = 0.5) -> int:
+    """Evaluation rows for a binomial standard error of at most ``se`` per probe at accuracy
+    ``p`` (0.5: the worst case): labels n = p (1 - p) / se^2, rows = n / labels per row
+    (rounded up). Labels within a row are not independent, so this is a lower bound."""
+    if not labels_per_row > 0:
+        raise ValueError(f"labels_per_row must be > 0, got {labels_per_row!r}")
+    if not 0 < se < 1:
+        raise ValueError(f"se must be in (0, 1), got {se!r}")
+    if not 0 < p < 1:
+        raise ValueError(f"p must be in (0, 1), got {p!r}")
+    return math.ceil(p * (1 - p) / se ** 2 / labels_per_row)
 
 
 # ----------------------------------------------------------------------------- tables
 
 
-def length_table(results: dict, task: str, variants=None, *, budget: int = 1, lr: float | None = None) -> list[dict]:
-    """One row per variant of ``task``: solved (k, N) and, per length probe, the summary over the
-    runs that solved (every run at the training probe)."""
+def length_table(results: dict, task: str, variants=None, *, budget: int = 1, lr: float | None = None,
+                 rule: str = "held_out") -> list[dict]:
+    """One row per variant of ``task``: solved (k, N, by ``rule``) and, per length probe, the
+    summary over the runs that solved (every run at the training probe); ``row["all"]``:
+    per probe, the summary over every run, solved or not (reported beside the solved ones,
+    so that the solve rule hides no result)."""
     setup = results["preset"]["tasks"].get(task)
     if setup is None:
         raise ValueError(f"task must be one of {sorted(results['preset']['tasks'])}, got {task!r}")
@@ -478,30 +709,40 @@ def length_table(results: dict, task: str, variants=None, *, budget: int = 1, lr
     rows = []
     for v in variants:
         run_id = f"{task}/{v}"
-        row = {"variant": v, "solved": solved(results, run_id, budget=budget, lr=lr)}
+        row = {"variant": v, "solved": solved(results, run_id, budget=budget, lr=lr, rule=rule)}
+        every = {}
         for i, probe in enumerate(probes):
-            vals = list(values(results, run_id, probe, budget=budget, lr=lr, solved_only=i > 0).values())
+            vals = list(values(results, run_id, probe, budget=budget, lr=lr, solved_only=i > 0, rule=rule).values())
             row[probe] = summary(vals) if vals else None
+            every[probe] = summary(values(results, run_id, probe, budget=budget, lr=lr).values())
+        row["all"] = every
         rows.append(row)
     return rows
 
 
+def _probe_keys(row: dict) -> list[str]:
+    return [k for k in row if k not in ("variant", "solved", "all")]
+
+
 def length_table_markdown(results: dict, task: str, variants=None, labels=None, *, budget: int = 1,
-                          lr: float | None = None) -> str:
-    """The accuracy table as Markdown: runs solved, then mean (min to max) per length; beyond the
-    training length over the solved runs only."""
-    rows = length_table(results, task, variants, budget=budget, lr=lr)
-    probes = [k for k in rows[0] if k not in ("variant", "solved")]
+                          lr: float | None = None, rule: str = "held_out") -> str:
+    """The accuracy table as Markdown: runs solved, then per length the mean over every run
+    and, beyond the training length, the mean over the solved runs (in brackets) where
+    some run did not solve the task."""
+    rows = length_table(results, task, variants, budget=budget, lr=lr, rule=rule)
+    probes = _probe_keys(rows[0])
     head = "| model | solved | " + " | ".join(f"L = {p[1:]}" for p in probes) + " |"
     lines = [head, "|---|---:|" + "---:|" * len(probes)]
     for row in rows:
         name = (labels or {}).get(row["variant"], row["variant"])
+        k, n = row["solved"]
         cells = []
         for p in probes:
-            s = row[p]
-            cells.append("–" if s is None else f"{s['mean']:.2f}" if s["n"] == 1
-                         else f"{s['mean']:.2f} ({s['min']:.2f}–{s['max']:.2f})")
-        k, n = row["solved"]
+            s, every = row[p], row["all"][p]
+            text = f"{every['mean']:.2f}"
+            if k < n and p != probes[0]:
+                text += " (–)" if s is None else f" ({s['mean']:.2f})"
+            cells.append(text)
         lines.append(f"| {name} | {k}/{n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

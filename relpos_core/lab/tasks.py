@@ -176,6 +176,40 @@ class RetrievalTask(Task):
         context = batch.tokens[:, : batch.tokens.shape[1] - self.num_pairs]  # (B, C)
         return _mode_guess_accuracy(context, context >= lo, batch.targets, self.vocab_size)
 
+    def _context_values(self, batch: Batch) -> torch.Tensor:
+        """(B, C) the value of every pair in the context at its key's place (the token ``gap``
+        after a key), -1 elsewhere."""
+        F, K, G = self.num_filler, self.num_keys, self.gap
+        context = batch.tokens[:, : batch.tokens.shape[1] - self.num_pairs]  # (B, C)
+        is_key = (context >= F) & (context < F + K)  # (B, C)
+        out = torch.full_like(context, -1)  # (B, C)
+        out[:, : context.shape[1] - G] = torch.where(is_key[:, :-G], context[:, G:], -1)
+        return out
+
+    def binding_free_floor(self, batch: Batch) -> float:
+        """Expected accuracy of a model that knows which tokens are values (the token ``gap``
+        after each key, decoys excluded) but not which key each belongs to: it names the
+        row's most frequent value. Above ``position_free_floor`` whenever decoys are drawn,
+        and 1 in a row with one pair: a score between the two needs no binding of keys
+        to values."""
+        values = self._context_values(batch)  # (B, C)
+        return _mode_guess_accuracy(values.clamp(min=0), values >= 0, batch.targets, self.vocab_size)
+
+    def order_rule_accuracy(self, batch: Batch) -> float:
+        """Accuracy of a rule that uses order, never a position: find the query's key in the
+        context and name the ``gap``-th value-type token after it. It is right on every
+        query by construction (a pair is contiguous), so the task can be solved with order
+        plus content matching; the position it needs is the local offset +``gap``."""
+        lo = self.num_filler + self.num_keys
+        C = batch.tokens.shape[1] - self.num_pairs
+        hits, total = 0, 0
+        for row, target in zip(batch.tokens.tolist(), batch.targets.tolist()):
+            for q in range(C, len(row)):
+                after = [t for t in row[row.index(row[q]) + 1: C] if t >= lo]
+                hits += len(after) >= self.gap and after[self.gap - 1] == target[q]
+                total += 1
+        return hits / max(1, total)
+
 
 class CopyTask(Task):
     """Copying (causal). Tokens: PAD 0, SEP 1, symbols [2, num_symbols + 2).

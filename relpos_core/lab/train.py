@@ -2,8 +2,10 @@
 
 Book: "Experiments" (chapters/10_experiments.ipynb).
 
-Training stops when the task is *solved*: the training accuracy, pooled over the last
-``solve.window`` steps, reaches ``solve.threshold`` (``SolveRule``). Otherwise it runs to
+Training stops when the training accuracy, pooled over the last ``solve_window`` steps,
+reaches ``solve_threshold`` (``SolveTracker``; the record's ``solved`` and ``solved_at``).
+That is a rule for stopping: the results read "solved" from the held-out evaluation
+(``results.held_out_solved``), which the stopping rule misses for some runs. Otherwise it runs to
 the largest budget, ``cap x max(budgets)`` steps (the cap and four times it by default).
 The learning rate warms up linearly and then stays constant, so a run with a smaller
 budget is the first part of the same run: one training gives every budget. At the end of
