@@ -11,6 +11,10 @@ Book: "Experiments" (chapters/10_experiments.ipynb), the language-model lab.
   left out for time, see below), three seeds, evaluated at 1x-16x the training length, then the context-extension stage
   on the RoPE models (zero-shot on every seed, fine-tuned on seed 0: the machine was shared
   and time was short).
+* ``hybrid``: models whose layers differ (``HYBRID_PATTERNS``: a windowed rotary layer under a
+  global one without positions, a rotary layer and one without, windowed rotary only, p-RoPE at
+  a quarter and a half of the pairs) beside rotary and no position, at the full run's model,
+  budget and evaluation, 3 seeds, no extension stage (``relpos_core/data/lm-hybrid.json``).
 * ``full_lr1e-3``: the full run at a second learning rate (Adam 1e-3), without the extension
   stage (``relpos_core/data/lm-full-lr1e-3.json``), for the schemes whose verdicts the
   language-model page states (those that hold, RoPE, FIRE and no position: each declares
@@ -37,7 +41,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from relpos_core import schemes
 
-__all__ = ["Extension", "LMPreset", "PRESETS", "get_preset", "DECODABLE", "SCALAR_OR_ROTATION", "EXTENSIONS", "extension_methods"]
+__all__ = ["Extension", "LMPreset", "PRESETS", "get_preset", "DECODABLE", "SCALAR_OR_ROTATION", "EXTENSIONS", "extension_methods",
+           "HYBRID_PATTERNS"]
 
 DECODABLE: tuple[str, ...] = tuple(n for n in schemes.names() if schemes.lookup(n).scheme.not_decoded is None)
 # The full preset's schemes: every decodable scheme except those adding a vector per offset to the
@@ -57,6 +62,17 @@ def _adds_vectors(name: str) -> bool:
 SCALAR_OR_ROTATION: tuple[str, ...] = tuple(n for n in DECODABLE if not _adds_vectors(n))
 # the extension stage's scheme: the one whose declaration says the extension methods start from it
 EXTENDED: str = next(s for s in DECODABLE if schemes.lookup(s).lab.extended)
+NOPE: str = schemes.baseline()  # the scheme without positions
+HYBRID_WINDOW = 32  # a quarter of the training length (128)
+# The hybrid preset's patterns (relpos_core.layers.parse_pattern), built from the rotary scheme and
+# the baseline: layer 1 first.
+HYBRID_PATTERNS: tuple[str, ...] = (
+    f"{EXTENDED}@window={HYBRID_WINDOW}, {NOPE}",  # RNoPE-SWA (Yang et al. 2025; Command A)
+    f"{EXTENDED}, {NOPE}",  # a rotary layer and a layer without positions (SmolLM3, Llama 4)
+    f"{EXTENDED}@window={HYBRID_WINDOW} x2",  # sliding-window rotary only (the window's own effect)
+    f"{EXTENDED}@keep_fraction=0.25 x2",  # p-RoPE (Barbero et al. 2025): a quarter of the pairs turn
+    f"{EXTENDED}@keep_fraction=0.5 x2",
+)
 
 
 @dataclass(frozen=True)
@@ -192,6 +208,15 @@ PRESETS = {
                                        "3e-3 (no extension stage): the second learning rate of the full run's findings",
                            lr=1e-3, schemes=_declared("full_lr1e-3"), extensions=(), extension_seeds=(),
                            finetune_seeds=(), finetune_steps=0),
+    # Models whose layers differ (relpos_core.layers), against the two schemes they mix, at the
+    # full run's model, budget and evaluation (two layers, so a pattern is one layer of each kind).
+    "hybrid": replace(_FULL, name="hybrid",
+                      description="layer patterns of 2025-26 models on the full run's two-layer model: a windowed "
+                                  "rotary layer under a global layer without positions (Command A's RNoPE-SWA), a "
+                                  "rotary layer and one without (SmolLM3, Llama 4), windowed rotary only, and p-RoPE "
+                                  "at two fractions; with rotary and no position as controls, 3 seeds",
+                      schemes=(NOPE, EXTENDED, *HYBRID_PATTERNS), extensions=(), extension_seeds=(),
+                      finetune_seeds=(), finetune_steps=0),
     "tiny": replace(_FULL, name="tiny", description="pipeline check: three schemes, a few steps (seconds)",
                     model=dict(d_model=16, num_layers=1, num_heads=2, d_mlp=32),
                     schemes=_declared("tiny"), seeds=(0,),
