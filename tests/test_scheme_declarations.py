@@ -166,3 +166,12 @@ def test_the_example_term_and_the_module_build(name):
     model = rp.models.Transformer(config, seed=0)
     logits = model(torch.zeros(1, 3, dtype=torch.long))
     assert logits.shape == (1, 3, 5) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("name", schemes.names())
+def test_the_declared_code_imports_and_is_callable(name):
+    """``Scheme.code`` names the function or class the book points a reader to: it must exist."""
+    dotted = schemes.lookup(name).scheme.code
+    module, _, attr = dotted.rpartition(".")
+    assert module.startswith("relpos_core."), dotted
+    assert callable(getattr(importlib.import_module(module), attr)), dotted
