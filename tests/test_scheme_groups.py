@@ -32,10 +32,14 @@ def new_scheme(monkeypatch):
     return scheme
 
 
-def _cell(page: str, index=None, cell_id=None) -> str:
+def _cell(page: str, containing: str) -> str:
+    """The one code cell of ``page`` whose source holds ``containing`` (found by its text, so
+    a page's edits that renumber or re-id its cells do not lose it)."""
     cells = json.loads((ROOT / page).read_text())["cells"]
-    cell = cells[index] if cell_id is None else next(c for c in cells if c.get("id") == cell_id)
-    return "".join(cell["source"])
+    found = ["".join(c["source"]) for c in cells
+             if c["cell_type"] == "code" and containing in "".join(c["source"])]
+    assert len(found) == 1, f"{page}: {len(found)} code cells hold {containing!r}, expected 1"
+    return found[0]
 
 
 def _run(*sources: str) -> dict:
@@ -46,7 +50,7 @@ def _run(*sources: str) -> dict:
 
 
 def test_a_new_scheme_is_in_the_landing_page_figure_and_its_check_still_passes(new_scheme):
-    check = _cell("intro.ipynb", 4)
+    check = _cell("intro.ipynb", "position_entry_points().items()")
     assert "position_entry_points" in check  # the cell that checks the figure's caption
     ns = _run(check)
     assert NEW in ns["stages"]["scalar"]  # drawn where its pieces enter
@@ -54,13 +58,13 @@ def test_a_new_scheme_is_in_the_landing_page_figure_and_its_check_still_passes(n
 
 
 def test_a_new_scheme_is_in_the_sign_convention_groups_and_chapter_1_still_passes(new_scheme):
-    ns = _run(_cell("chapters/01_why_relative_positions.ipynb", cell_id="c08"),
-              _cell("chapters/01_why_relative_positions.ipynb", cell_id="n00"))
+    ns = _run(_cell("chapters/01_why_relative_positions.ipynb", "L = 8\n# (L, L), entry (i, j) = j - i"),
+              _cell("chapters/01_why_relative_positions.ipynb", "assert key_minus_query.numel() == L**2"))
     assert NEW in ns["sign"]["key_minus_query"]
 
 
 def test_chapter_10_on_the_logits_group_follows_the_terms_pieces(new_scheme):
-    source = _cell("chapters/10_experiments.ipynb", cell_id="c023")
+    source = _cell("chapters/10_experiments.ipynb", "ON_LOGITS = ")
     line = source.index("ON_LOGITS = ")
     expression = source[line:source.index("\nOTHERS", line)].split("=", 1)[1]
     names = list(rp.schemes.names())
