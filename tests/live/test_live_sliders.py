@@ -27,7 +27,7 @@ import pytest
 
 from .conftest import copy_notebook
 
-# Chapters with ipywidgets sliders (rp.figures.slider): two in chapter 1, one in chapter 2.
+# Chapters with ipywidgets sliders (rp.figures.slider): two in chapter 1, two in chapter 2.
 CHAPTERS = ["01_why_relative_positions.ipynb", "02_shaw_and_skew.ipynb"]
 RUN_TIMEOUT_S = 300
 SHOTS = Path(os.environ.get("RELPOS_LIVE_SCREENSHOTS", "")) if os.environ.get("RELPOS_LIVE_SCREENSHOTS") else None
@@ -83,7 +83,11 @@ FIGURE_DATA = """(i) => {
   const gd = box.querySelector('.widget-output .js-plotly-plot');
   const readout = box.querySelector('.widget-readout');
   if (!gd || !gd.data || !gd.querySelector('svg')) return null;
-  return {data: JSON.stringify(gd.data.map(t => [t.x, t.y, t.z])),
+  // a move may change the traces or only the layout (outlined cells, labels, the title)
+  const layout = gd.layout || {};
+  const title = layout.title && (layout.title.text || layout.title);
+  return {data: JSON.stringify([gd.data.map(t => [t.x, t.y, t.z, t.text]), layout.shapes || [],
+                                (layout.annotations || []).map(a => [a.text, a.x, a.y]), title || null]),
           readout: readout ? (readout.value || readout.textContent).trim() : null};
 }"""
 
