@@ -53,9 +53,9 @@ def test_skew_slider_outlines_the_cells_of_each_row():
     reads = intuition.skew_reads(L)
     for i in range(L):
         frame = fig.frames[len(intuition.SKEW_STEPS) + i]
-        # the strip's outlined cells (y0 = 0) are the ones the row reads
-        lit = [int(s.x0) for s in frame.layout.shapes
-               if s.type == "rect" and s.y0 == 0 and s.line.width == 3]
+        # the strip's marked cells (centres at y = 0.5) are the ones the row reads
+        (marks,) = [t for t in frame.data if t.name == "skew: cells the row reads"]
+        lit = [int(x - 0.5) for x, y in zip(marks.x, marks.y) if y == 0.5]
         assert lit == reads[i].tolist()
         assert frame.layout.title.text == f"row {i} reads cells {int(reads[i, 0])}–{int(reads[i, -1])}"
     assert fig.layout.height <= MAX_HEIGHT

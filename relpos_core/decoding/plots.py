@@ -80,17 +80,27 @@ def shared_bytes(scheme: str, *, num_layers: int, num_heads: int, head_dim: int,
 KEPT_POSITION = "kept position (int64)"
 
 
-def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, dtype) -> dict[str, list[float]]:
+def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, dtype,
+                   stage: str | None = None) -> dict[str, list[float]]:
     """Bytes of position state per cached token of one sequence, at each context length.
 
     For every scheme (not its variants) that holds position state while decoding: that
     state divided by the context (Transformer-XL's rows cover ``context`` distances), with
     the distance parameter a medium model gives it; and the int64 position a cache keeps
     per token. Schemes that hold none (RoPE, xPos, absolute, none) have no line.
+    ``stage``: only the schemes with a piece of that stage ("vector": a vector per
+    offset; "scalar": a scalar on the logit), read from their pieces.
     """
+    from relpos_core.registry import example_term
+
+    if stage is not None:
+        check_choice("stage", stage, ("vector", "scalar"))
     out = {}
     for scheme in schemes.SCHEMES:
         if scheme not in SCHEMES:
+            continue
+        if stage is not None and stage not in {p.stage for p in example_term(
+                scheme, num_heads=2, head_dim=8, k=4, device="meta").all_pieces}:
             continue
         per_token = [shared_bytes(scheme, num_layers=num_layers, num_heads=num_heads, head_dim=head_dim,
                                   context=c, dtype=dtype) / c for c in contexts]

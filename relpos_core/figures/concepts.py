@@ -150,17 +150,22 @@ def entry_points_figure(entries: Mapping[str, Sequence[str]] | None = None, *, h
         if r < n - 1:
             _arrow(fig, 0.28, y0, 0.28, top - row_h)
         here = [s for s, stages in entries.items() if key in stages]
-        chip_h = min(0.22, (box_h - 0.04) / max(len(here), 1))
-        first = (y0 + y1) / 2 + (len(here) * (chip_h + 0.02) - 0.02) / 2  # centred on the box
+        columns = 1 if len(here) <= 4 else 2  # more than four chips: two columns, so each stays legible
+        rows = -(-len(here) // columns)
+        chip_h = min(0.22, (box_h - 0.04) / max(rows, 1) - 0.02)
+        first = (y0 + y1) / 2 + (rows * (chip_h + 0.02) - 0.02) / 2  # centred on the box
         if here:
             fig.add_shape(type="line", x0=0.56, x1=0.62, y0=(y0 + y1) / 2, y1=(y0 + y1) / 2,
                           line=dict(color=GREY, width=1))
+        width = (0.99 - 0.62 - 0.01 * (columns - 1)) / columns
         for c, scheme in enumerate(here):
-            cy1 = first - c * (chip_h + 0.02)
+            cy1 = first - (c // columns) * (chip_h + 0.02)
+            x0 = 0.62 + (c % columns) * (width + 0.01)
             fill = _colour(scheme)
-            _box(fig, 0.62, 0.99, cy1 - chip_h, cy1, fill=fill, line=fill)
-            fig.add_annotation(x=0.805, y=cy1 - chip_h / 2, showarrow=False, text=LABELS.get(scheme, scheme),
-                               font=dict(size=12, color=_text_colour(fill)))
+            _box(fig, x0, x0 + width, cy1 - chip_h, cy1, fill=fill, line=fill)
+            fig.add_annotation(x=x0 + width / 2, y=cy1 - chip_h / 2, showarrow=False,
+                               text=LABELS.get(scheme, scheme),
+                               font=dict(size=12 if columns == 1 else 11, color=_text_colour(fill)))
     _blank(fig, height=height, x_range=(-0.01, 1.0), y_range=(n - (n - 1) * row_h - box_h - 0.05, n + 0.05))
     fig.update_layout(margin=dict(l=4, r=4, t=8, b=8))
     return fig

@@ -101,19 +101,20 @@ def _rope_angle_figure(m: int, n: int, *, q_angle: float, k_angle: float, height
     score = float(qm @ kn)
     fig = go.Figure()
     circle = torch.linspace(0, 2 * math.pi, 61)
-    fig.add_trace(go.Scatter(x=_r(circle.cos()), y=_r(circle.sin()), mode="lines",
-                             line=dict(color=GREY, width=1, dash="dot"), hoverinfo="skip"))
+    fig.add_trace(go.Scatter(name="rotation: unit circle", x=_r(circle.cos()), y=_r(circle.sin()),
+                             mode="lines", line=dict(color=GREY, width=1, dash="dot"), hoverinfo="skip"))
     start = math.atan2(qm[1], qm[0])
     gap = math.remainder(math.atan2(kn[1], kn[0]) - start, 2 * math.pi)  # (-pi, pi]
     arc = torch.linspace(start, start + gap, 40)
-    fig.add_trace(go.Scatter(x=_r(0.3 * arc.cos()), y=_r(0.3 * arc.sin()),
+    fig.add_trace(go.Scatter(name="rotation: angle between", x=_r(0.3 * arc.cos()), y=_r(0.3 * arc.sin()),
                              mode="lines", line=dict(color=GREY, width=2), hoverinfo="skip"))
     # labels beyond the tips, spread apart when the arrows are close
     spread = max(0.0, 0.7 - abs(gap)) / 2 * (1 if gap >= 0 else -1)
     for vec, label, colour, nudge in ((qm, f"q at m = {m}", SERIES_COLORS[0], -spread),
                                       (kn, f"k at n = {n}", SERIES_COLORS[1], spread)):
         x, y = float(vec[0]), float(vec[1])
-        fig.add_trace(go.Scatter(x=_r([0, x]), y=_r([0, y]), mode="lines+markers",
+        fig.add_trace(go.Scatter(name=f"rotation: {label.split()[0]}", x=_r([0, x]), y=_r([0, y]),
+                                 mode="lines+markers",
                                  line=dict(color=colour, width=3),
                                  marker=dict(color=colour, size=[0, 9]), hoverinfo="skip"))
         where = math.atan2(y, x) + nudge
@@ -183,18 +184,23 @@ def _skew_figure(step: str, L: int, *, height: int):
     steps = list(SKEW_STEPS) + [f"row {i}" for i in range(L)]
     s = steps.index(step)
     row = s - len(SKEW_STEPS) if s >= len(SKEW_STEPS) else None
-    fig = go.Figure(go.Scatter(x=[0], y=[0], mode="markers", marker=dict(opacity=0),
-                               hoverinfo="skip"))  # one trace: the drawing is shapes
+    fig = go.Figure()
     shapes, notes = [], []  # set once at the end: one add_shape per cell is slow
+    numbers = {"x": [], "y": [], "text": [], "color": []}  # each cell's number: one text trace
+    lit_at = {"x": [], "y": []}  # the cells the current row reads: one marker trace
 
     def cell(x, y, value, *, faded=False, outline=None, w=1.0):
         text, fill, ink = _skew_cell(value, L)
         shapes.append(dict(type="rect", x0=x, x1=x + w, y0=y, y1=y + 1, fillcolor=fill,
                            opacity=0.3 if faded else 1.0, layer="below",
-                           line=dict(color=outline or GREY, width=3 if outline else 1)))
-        font = dict(size=11, **({"color": ink} if ink else {}))
-        notes.append(dict(x=x + w / 2, y=y + 0.5, text=text, showarrow=False, font=font,
-                          opacity=0.3 if faded else 1.0))
+                           line=dict(color=GREY, width=1)))
+        numbers["x"].append(x + w / 2)
+        numbers["y"].append(y + 0.5)
+        numbers["text"].append(text)
+        numbers["color"].append("rgba(0, 0, 0, 0.3)" if faded else (ink or "#222222"))
+        if outline:
+            lit_at["x"].append(x + w / 2)
+            lit_at["y"].append(y + 0.5)
 
     # the strip of flat memory, and the runs of it each step calls a row
     lit = set(reads[row].tolist()) if row is not None else set()
@@ -230,10 +236,18 @@ def _skew_figure(step: str, L: int, *, height: int):
     if row is not None:
         first = int(reads[row, 0])
         titles[s] = f"row {row} reads cells {first}–{first + L - 1}"
-    fig.update_layout(shapes=shapes, annotations=notes)
+    fig.add_trace(go.Scatter(name="skew: cell values", x=numbers["x"], y=numbers["y"],
+                             text=numbers["text"], mode="text", hoverinfo="skip",
+                             textfont=dict(size=11, color=numbers["color"])))
+    fig.add_trace(go.Scatter(name="skew: cells the row reads", x=lit_at["x"], y=lit_at["y"],
+                             mode="markers", hoverinfo="skip",
+                             marker=dict(symbol="square-open", size=20, color=HIGHLIGHT,
+                                         line=dict(width=3, color=HIGHLIGHT))))
+    fig.update_layout(shapes=shapes, annotations=notes, showlegend=False)
     _blank(fig, height=height, x_range=(-0.3, size + 0.3), y_range=(-2.4 - (L + 1), 2.0))
+    # side margins: the slider's first and last labels ("1 pad", "row 3") stay inside
     fig.update_layout(title=dict(text=titles[s], x=0.5, xanchor="center", y=0.97,
-                                 font=dict(size=14)), margin=dict(l=4, r=4, t=40, b=4))
+                                 font=dict(size=14)), margin=dict(l=30, r=30, t=40, b=4))
     return fig
 
 
@@ -278,20 +292,19 @@ def _clock_figure(m: int, pairs, *, head_dim: int, base: float, train_length: in
     fig = go.Figure()
     circle = torch.linspace(0, 2 * math.pi, 61)
     columns = 2 if len(pairs) > 1 else 1
+    faces, arcs = {"x": [], "y": []}, {"x": [], "y": []}  # every clock's face and arc: one trace each
     for c, k in enumerate(pairs):
         cx, cy = (c % columns) * 2.7, -(c // columns) * 3.1
         colour = SERIES_COLORS[c % len(SERIES_COLORS)]
         # clock convention: 12 o'clock is angle 0, hands turn clockwise
-        fig.add_trace(go.Scatter(x=_r(cx + circle.sin()), y=_r(cy + circle.cos()),
-                                 mode="lines", line=dict(color=GREY, width=1, dash="dot"),
-                                 hoverinfo="skip"))
+        faces["x"] += _r(cx + circle.sin()) + [None]
+        faces["y"] += _r(cy + circle.cos()) + [None]
         seen = min(float(trained[c]), 1.0) * 2 * math.pi  # the arc met in training
         arc = torch.linspace(0, seen, 61)
-        fig.add_trace(go.Scatter(x=_r(cx + arc.sin()), y=_r(cy + arc.cos()),
-                                 mode="lines", line=dict(color=NEUTRAL, width=7),
-                                 opacity=0.45, hoverinfo="skip"))
+        arcs["x"] += _r(cx + arc.sin()) + [None]
+        arcs["y"] += _r(cy + arc.cos()) + [None]
         angle = 2 * math.pi * float(turns[c])
-        fig.add_trace(go.Scatter(x=_r([cx, cx + 0.92 * math.sin(angle)]),
+        fig.add_trace(go.Scatter(name=f"clock: pair {k}'s hand", x=_r([cx, cx + 0.92 * math.sin(angle)]),
                                  y=_r([cy, cy + 0.92 * math.cos(angle)]), mode="lines+markers",
                                  line=dict(color=colour, width=3),
                                  marker=dict(color=colour, size=[6, 9]), hoverinfo="skip"))
@@ -304,13 +317,17 @@ def _clock_figure(m: int, pairs, *, head_dim: int, base: float, train_length: in
         note = (f"{t:,.1f}" if t >= 100 else f"{t:.3g}") + " turns"
         note += "<br>off its arc" if outside else ""
         fig.add_annotation(x=cx, y=cy - 1.35, showarrow=False, font=dict(size=11), text=note)
+    fig.add_trace(go.Scatter(name="clock: faces", mode="lines", hoverinfo="skip",
+                             line=dict(color=GREY, width=1, dash="dot"), **faces))
+    fig.add_trace(go.Scatter(name="clock: arcs turned in training", mode="lines", hoverinfo="skip",
+                             line=dict(color=NEUTRAL, width=7), opacity=0.45, **arcs))
     rows = math.ceil(len(pairs) / columns)
     _blank(fig, height=height, x_range=(-1.35, (columns - 1) * 2.7 + 1.35),
            y_range=(-(rows - 1) * 3.1 - 1.8, 1.75), square=True)
     times = "L − 1" if m == train_length - 1 else f"{m / train_length:.2g} L"
     fig.update_layout(title=dict(text=f"position m = {m:,} ({times})", x=0.5,
                                  xanchor="center", y=0.98, font=dict(size=14)),
-                      margin=dict(l=4, r=4, t=36, b=4))
+                      margin=dict(l=30, r=40, t=36, b=4))  # room for the slider's end labels
     return fig
 
 
