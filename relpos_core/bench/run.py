@@ -29,9 +29,7 @@ import math
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -45,20 +43,10 @@ from relpos_core.measure.backends import detect_sdpa_backend
 from relpos_core.measure.device import check_device
 from relpos_core.measure.memory import measure_peak_memory
 from relpos_core.measure.profile import batched_cpu_profile
-from relpos_core.measure.timing import _sync, burst, interleaved
+from relpos_core.measure.timing import TimedCall, _sync, burst, interleaved
 from relpos_core.provenance import device_name, git_commit, load_average, machine
 
 __all__ = ["run_benchmark", "check_device", "public_row"]
-
-
-@dataclass
-class _Timed:
-    """A prepared row being timed: its call, calls per burst, and the bursts so far."""
-
-    row: dict
-    fn: Callable
-    iters: int
-    samples: list = field(default_factory=list)
 
 
 def public_row(row: dict) -> dict:
@@ -126,7 +114,7 @@ def _clock_ms(sample: dict, clock: str) -> float:
     return sample["wall_ms"] if clock in ("wall", "cuda") else sample["cpu_ms"]
 
 
-def _summarize(t: _Timed, clock: str) -> None:
+def _summarize(t: TimedCall, clock: str) -> None:
     row = t.row
     row["time_ms"] = bench_stats.summarize([_clock_ms(s, clock) for s in t.samples])
     row["ms"] = row["time_ms"]["median"]
@@ -142,7 +130,7 @@ def _prepare_length(cases: list[Case], p: dict, L: int, device, dtype, progress,
     """Rows of one length: built, run once (compile, warm-up), compared with Hugging Face
     (module rows), memory and SDPA backend measured, calls per burst chosen.
 
-    Returns (rows, [_Timed of the rows to time])."""
+    Returns (rows, [TimedCall of the rows to time])."""
     x = make_inputs(p, L, device, dtype, seed=p.get("seed", 0))
     rows, live = [], []
     for case in cases:
@@ -183,13 +171,13 @@ def _prepare_length(cases: list[Case], p: dict, L: int, device, dtype, progress,
         est_ms = max(_clock_ms(burst(fn, 1, device), p["clock"]), 1e-3)
         iters = max(1, min(1000, math.ceil(p["min_burst_ms"] / est_ms)))
         row.update(iters=iters, attempts=1)
-        timed.append(_Timed(row, fn, iters))
+        timed.append(TimedCall(row, fn, iters))
     for row in rows:
         on_row(public_row(row))
     return rows, timed
 
 
-def _flag_noise(timed: list[_Timed], p: dict) -> None:
+def _flag_noise(timed: list[TimedCall], p: dict) -> None:
     for t in timed:
         row = t.row
         row["noisy"] = row["time_ms"]["spread"] > p["spread_threshold"]
@@ -199,7 +187,7 @@ def _flag_noise(timed: list[_Timed], p: dict) -> None:
                                         f"{p['spread_threshold']} after {row['attempts']} attempts")
 
 
-def _time_rows(timed: list[_Timed], p: dict, device) -> None:
+def _time_rows(timed: list[TimedCall], p: dict, device) -> None:
     """Interleaved bursts of every row; rows over the spread threshold measured again (the
     quieter attempt kept), then flagged ``noisy`` if still over."""
     interleaved(timed, p["repeats"], device, seed=0)
@@ -223,7 +211,7 @@ def _time_rows(timed: list[_Timed], p: dict, device) -> None:
     _flag_noise(timed, p)
 
 
-def _recheck_monotonic(rows, timed: list[_Timed], p, device, log) -> None:
+def _recheck_monotonic(rows, timed: list[TimedCall], p, device, log) -> None:
     """Re-measure pairs (L, next L) of a curve where the smaller L took longer; flag those that still do."""
     by_row = {id(t.row): t for t in timed}
     for attempt in range(p.get("monotonic_retries", 0)):

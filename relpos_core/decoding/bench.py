@@ -32,9 +32,7 @@ import json
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -48,7 +46,7 @@ from relpos_core.decoding.model import SCHEMES, decode_paths
 from relpos_core.models import Transformer, TransformerConfig
 from relpos_core.kernels.forms import BACKENDS
 from relpos_core.measure.profile import batched_cpu_profile
-from relpos_core.measure.timing import burst, interleaved
+from relpos_core.measure.timing import TimedCall, burst, interleaved
 from relpos_core.measure.device import check_device
 from relpos_core.outputs import Output
 from relpos_core.provenance import git_commit, load_average, machine
@@ -69,14 +67,6 @@ BASELINE = (schemes.baseline(), None, "none", "sdpa")  # the ratios' denominator
 # The CPU presets run on one thread: a decode step of these sizes is many small operations,
 # where a second thread on a machine shared with other processes costs more (waiting at
 # each parallel region) than it gives. ``--threads`` overrides it.
-
-
-@dataclass
-class _Step:
-    row: dict
-    fn: Callable
-    iters: int = 1
-    samples: list = field(default_factory=list)
 
 
 def benchmark_cases(schemes=None, backends=None) -> list[tuple[str, str | None, str, str]]:
@@ -211,7 +201,7 @@ def _run_context(p, device, dtype, cases, context, compiled, progress, seed):
                     step()  # compile, warm up
                     ms = max(burst(step, 1, device)["wall_ms" if device.type == "cuda" else "cpu_ms"], 1e-3)
                 row["status"] = "ok"
-                steps.append(_Step(row, step, iters=max(1, min(1000, int(p["min_burst_ms"] / ms) + 1))))
+                steps.append(TimedCall(row, step, iters=max(1, min(1000, int(p["min_burst_ms"] / ms) + 1))))
             except MemoryBudgetError as e:
                 row.update(status="skipped", reason=str(e).splitlines()[0])
             except Exception as e:  # noqa: BLE001 - recorded, never dropped

@@ -17,12 +17,14 @@ from __future__ import annotations
 import random
 import resource
 import time
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from relpos_core._validate import check_int, check_positive_int
 
-__all__ = ["measure_time", "infer_device", "burst", "interleaved"]
+__all__ = ["measure_time", "infer_device", "burst", "interleaved", "TimedCall"]
 
 
 def infer_device(args, kwargs=None) -> torch.device:
@@ -92,10 +94,21 @@ def burst(fn, iters: int, device) -> dict:
                 faults=(_faults() - f0) / iters)
 
 
+@dataclass
+class TimedCall:
+    """A prepared call being timed by :func:`interleaved`: the result ``row`` it fills, the
+    call, calls per burst, and the bursts so far."""
+
+    row: dict
+    fn: Callable
+    iters: int = 1
+    samples: list = field(default_factory=list)
+
+
 def interleaved(calls, rounds: int, device, *, seed: int = 0, on_round=None) -> None:
     """``rounds`` rounds, each one burst of every call, in a shuffled order (seeded).
 
-    ``calls``: objects with ``fn``, ``iters`` and a ``samples`` list, to which every burst's
+    ``calls``: objects with ``fn``, ``iters`` and a ``samples`` list (``TimedCall``), to which every burst's
     dict (``burst``) is appended. ``on_round(r)`` is called after each round (progress,
     keeping what finished).
     """

@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -33,7 +33,7 @@ from relpos_core.attend import attend
 from relpos_core.bench import stats as bench_stats
 from relpos_core.bench.peers.common import Built, Contender, Row, kernel_causal, kernel_term
 from relpos_core.budget import memory_budget
-from relpos_core.measure.timing import burst, interleaved
+from relpos_core.measure.timing import TimedCall, burst, interleaved
 from relpos_core.provenance import git_commit, machine
 
 __all__ = ["PEER_MODULES", "peer_contenders", "relpos_contenders", "make_row", "check_contender",
@@ -195,14 +195,6 @@ def check_contender(row: Row, contender: Contender, built: Built, x: _Inputs, x6
     return diff, None
 
 
-@dataclass
-class _Timed:
-    record: dict
-    fn: object
-    iters: int = 1
-    samples: list = field(default_factory=list)
-
-
 def _timed_fn(built: Built, row: Row, x: _Inputs, mode: str):
     if mode == "forward":
         def forward():
@@ -279,7 +271,7 @@ def run_peers(preset: dict, *, device="cpu", log=print, contenders: list[Contend
                             rec.update(status="error", reason=f"{type(e).__name__}: {str(e).strip()[:300]}")
                             continue
                         rec["status"] = "ok"
-                        timed.append(_Timed(rec, fn, max(1, min(1000, math.ceil(p["min_burst_ms"] / est)))))
+                        timed.append(TimedCall(rec, fn, max(1, min(1000, math.ceil(p["min_burst_ms"] / est)))))
                     done = [r for r in records if _row_key(r) == (scheme, kind, mode, L)]
                     log(f"L={L} {scheme} {kind} {mode}: {sum(r['status'] == 'ok' for r in done)} of "
                         f"{len(done)} contenders accepted")
@@ -287,10 +279,10 @@ def run_peers(preset: dict, *, device="cpu", log=print, contenders: list[Contend
     finally:
         torch.set_num_threads(threads_before)
     for t in timed:
-        t.record["iters"] = t.iters
-        t.record["time_ms"] = bench_stats.summarize([s["cpu_ms"] for s in t.samples])
-        t.record["ms"] = t.record["time_ms"]["median"]
-        t.record["noisy"] = t.record["time_ms"]["spread"] > p["spread_threshold"]  # (q3 - q1) / median
+        t.row["iters"] = t.iters
+        t.row["time_ms"] = bench_stats.summarize([s["cpu_ms"] for s in t.samples])
+        t.row["ms"] = t.row["time_ms"]["median"]
+        t.row["noisy"] = t.row["time_ms"]["spread"] > p["spread_threshold"]  # (q3 - q1) / median
     _add_ratios(records)
     provenance = dict(**machine(device, commit=commit), preset=p["name"],
                       sizes={k: v for k, v in p.items() if k not in ("budget", "name")},
