@@ -27,6 +27,7 @@ __all__ = [
     "Call",
     "scheme_names",
     "example_term",
+    "stages",
     "unsupported_reason",
     "call_refusal",
     "paths",
@@ -95,6 +96,14 @@ def example_term(scheme: str, *, num_heads: int, head_dim: int, k: int | None = 
     """
     term = schemes.lookup(scheme).example(num_heads, head_dim, k, device=device, dtype=dtype, generator=generator)
     return NO_POSITION if term is None else term
+
+
+def stages(scheme: str) -> tuple[str, ...]:
+    """Where a scheme's term puts position, read from its pieces: each piece's ``stage``
+    ("rotary", "vector", "scalar", "output", ...), in order, once each; () for a scheme
+    with no term (none, and absolute positions, which are added to the tokens)."""
+    term = example_term(scheme, num_heads=2, head_dim=8, k=4, device="meta")
+    return tuple(dict.fromkeys(piece.stage for piece in term.all_pieces))
 
 
 def unsupported_reason(term: PositionTerm, form: str, backend: str) -> str | None:

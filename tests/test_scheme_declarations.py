@@ -175,3 +175,12 @@ def test_the_declared_code_imports_and_is_callable(name):
     module, _, attr = dotted.rpartition(".")
     assert module.startswith("relpos_core."), dotted
     assert callable(getattr(importlib.import_module(module), attr)), dotted
+
+
+def test_stages_are_read_from_the_pieces():
+    """``registry.stages`` is the one reading of where a scheme puts position (pages and presets use it)."""
+    for name in schemes.names():
+        term = rp.registry.example_term(name, num_heads=2, head_dim=8, k=4, device="meta")
+        assert set(rp.registry.stages(name)) == {p.stage for p in term.all_pieces}
+    assert rp.registry.stages("shaw") == ("vector", "output")
+    assert rp.registry.stages(rp.schemes.baseline()) == ()

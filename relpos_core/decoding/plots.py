@@ -91,7 +91,7 @@ def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, 
     ``stage``: only the schemes with a piece of that stage ("vector": a vector per
     offset; "scalar": a scalar on the logit), read from their pieces.
     """
-    from relpos_core.registry import example_term
+    from relpos_core.registry import stages
 
     if stage is not None:
         check_choice("stage", stage, ("vector", "scalar"))
@@ -99,8 +99,7 @@ def position_bytes(contexts, *, num_layers: int, num_heads: int, head_dim: int, 
     for scheme in schemes.SCHEMES:
         if scheme not in SCHEMES:
             continue
-        if stage is not None and stage not in {p.stage for p in example_term(
-                scheme, num_heads=2, head_dim=8, k=4, device="meta").all_pieces}:
+        if stage is not None and stage not in stages(scheme):
             continue
         per_token = [shared_bytes(scheme, num_layers=num_layers, num_heads=num_heads, head_dim=head_dim,
                                   context=c, dtype=dtype) / c for c in contexts]

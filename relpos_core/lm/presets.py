@@ -53,10 +53,9 @@ DECODABLE: tuple[str, ...] = tuple(n for n in schemes.names() if schemes.lookup(
 # would not have fitted its time. Any of them trains here when a preset names it.
 def _adds_vectors(name: str) -> bool:
     """Whether the scheme's term has a piece of the "vector" stage (read from its pieces, not a label)."""
-    from relpos_core.registry import example_term
+    from relpos_core.registry import stages
 
-    term = example_term(name, num_heads=2, head_dim=8, k=4, device="meta")
-    return any(piece.stage == "vector" for piece in term.all_pieces)
+    return "vector" in stages(name)
 
 
 SCALAR_OR_ROTATION: tuple[str, ...] = tuple(n for n in DECODABLE if not _adds_vectors(n))
