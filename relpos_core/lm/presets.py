@@ -16,11 +16,12 @@ Book: "Experiments" (chapters/10_experiments.ipynb), the language-model lab.
   a quarter and a half of the pairs) beside rotary and no position, at the full run's model,
   budget and evaluation, 3 seeds, no extension stage (``relpos_core/data/lm-hybrid.json``).
 * ``full_lr1e-3``: the full run at a second learning rate (Adam 1e-3), without the extension
-  stage (``relpos_core/data/lm-full-lr1e-3.json``), for the schemes whose verdicts the
-  language-model page states (those that hold, RoPE, FIRE and no position: each declares
-  ``"full_lr1e-3"`` in ``Lab.language_model``). It began with every scheme; on a machine shared
-  with other work it was cut to these six to finish in the session, keeping the runs finished
-  under the same settings.
+  stage (``relpos_core/data/lm-full-lr1e-3.json``), for every scheme of the full run. Its first
+  part trained the six schemes whose verdicts the language-model page stated first (those that
+  hold, RoPE, FIRE and no position); the others were added by ``--resume`` under the same
+  settings (the file's provenance records both parts).
+* ``hybrid_lr1e-3``: the hybrid preset at the same second learning rate
+  (``relpos_core/data/lm-hybrid-lr1e-3.json``).
 
 The full run's sizes (chosen by measuring step times here first, then shrunk when the shared
 machine gave each worker about a third of a core): d_model 64, 2 layers, 4 heads, d_mlp 256
@@ -205,7 +206,7 @@ PRESETS = {
     "full_lr1e-3": replace(_FULL, name="full_lr1e-3",
                            description="the full run's schemes, seeds, model and budget at Adam 1e-3 instead of "
                                        "3e-3 (no extension stage): the second learning rate of the full run's findings",
-                           lr=1e-3, schemes=_declared("full_lr1e-3"), extensions=(), extension_seeds=(),
+                           lr=1e-3, schemes=SCALAR_OR_ROTATION, extensions=(), extension_seeds=(),
                            finetune_seeds=(), finetune_steps=0),
     # Models whose layers differ (relpos_core.layers), against the two schemes they mix, at the
     # full run's model, budget and evaluation (two layers, so a pattern is one layer of each kind).
@@ -216,6 +217,12 @@ PRESETS = {
                                   "at two fractions; with rotary and no position as controls, 3 seeds",
                       schemes=(NOPE, EXTENDED, *HYBRID_PATTERNS), extensions=(), extension_seeds=(),
                       finetune_seeds=(), finetune_steps=0),
+    # The hybrid preset at the second learning rate: its verdicts are stated where they hold at both.
+    "hybrid_lr1e-3": replace(_FULL, name="hybrid_lr1e-3",
+                             description="the hybrid preset's patterns and controls at Adam 1e-3 instead of 3e-3: "
+                                         "the second learning rate of its findings",
+                             lr=1e-3, schemes=(NOPE, EXTENDED, *HYBRID_PATTERNS), extensions=(), extension_seeds=(),
+                             finetune_seeds=(), finetune_steps=0),
     "tiny": replace(_FULL, name="tiny", description="pipeline check: three schemes, a few steps (seconds)",
                     model=dict(d_model=16, num_layers=1, num_heads=2, d_mlp=32),
                     schemes=_declared("tiny"), seeds=(0,),

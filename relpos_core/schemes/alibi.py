@@ -140,6 +140,6 @@ SCHEME = Scheme(
     injects="scalar on the logit", summary="a fixed slope per head times the distance",
     example=example, options=ALiBiOptions, module=ALiBiPosition, order=60,
     lab=Lab(("marker", "marker_causal", "retrieval_gap"), book=True, tiny=("marker_causal",),
-            language_model=("book", "full_lr1e-3")),
+            language_model=("book",)),
     bench=Bench(block_skip=("medium", "large")),
 )

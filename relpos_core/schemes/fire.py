@@ -169,5 +169,5 @@ SCHEME = Scheme(
     code="relpos_core.schemes.fire.fire_bias", injects="scalar on the logit",
     summary="a learned MLP of the log distance, normalised by the query's position",
     example=example, options=FireOptions, module=FirePosition, order=85,
-    lab=Lab(("retrieval_gap",), language_model=("full_lr1e-3",)),
+    lab=Lab(("retrieval_gap",), language_model=()),
 )

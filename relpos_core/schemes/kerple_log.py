@@ -126,6 +126,6 @@ SCHEME = Scheme(
     example=example, options=KerpleOptions, module=KerplePosition, order=80,
     variants=(Variant("kerple_power", "Kerple (power)", dict(kernel="power"),
                       "a learned power kernel of the distance per head", short="Kerple power", color="#88bb77",
-                      lab=Lab((), language_model=("full_lr1e-3",))),),
-    lab=Lab(("retrieval_gap",), language_model=("book", "full_lr1e-3")),
+                      lab=Lab((), language_model=())),),
+    lab=Lab(("retrieval_gap",), language_model=("book",)),
 )

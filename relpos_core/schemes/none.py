@@ -60,6 +60,6 @@ SCHEME = Scheme(
     summary="content only; a causal mask alone gives order",
     example=example, options=NoneOptions, module=NoPosition, order=0,
     lab=Lab(("marker_causal", "retrieval", "copy", "retrieval_gap"), book=True, tiny=("retrieval",),
-            language_model=("book", "tiny", "full_lr1e-3")),
+            language_model=("book", "tiny")),
     bench=Bench(block_skip=("medium", "large")),
 )

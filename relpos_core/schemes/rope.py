@@ -172,6 +172,6 @@ SCHEME = Scheme(
     caches="keys rotated at write time, or unrotated keys rotated at read time",
     example=example, options=RoPEOptions, module=RoPEPosition, order=70,
     lab=Lab(("marker", "marker_causal", "copy", "retrieval_gap"), book=True, tiny=("retrieval_gap",),
-            language_model=("book", "tiny", "full_lr1e-3"), extended=True),
+            language_model=("book", "tiny"), extended=True),
     roles=("rotation",),
 )
