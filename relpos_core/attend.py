@@ -37,7 +37,7 @@ from __future__ import annotations
 import torch
 
 from relpos_core._validate import check_choice, check_int, check_tensor
-from relpos_core.kernels import eager, flex, sdpa
+from relpos_core.kernels import eager, flex, memo, sdpa
 from relpos_core.kernels.forms import BACKENDS, FORMS
 from relpos_core.measure import guard
 from relpos_core.measure.analytic import peak_bytes
@@ -122,42 +122,48 @@ def _check_finite(tensors) -> None:
             scanned.append((name, _dense_view(t.detach())))
     if not scanned:
         return
-    ok = torch.stack([torch.isfinite(torch.stack(torch.aminmax(t))).all() for _, t in scanned]).tolist()
-    for (name, _), good in zip(scanned, ok):
-        if not good:
+    # (min, max) of every tensor in one (2n,) tensor: one isfinite and one read for all of them
+    ok = torch.isfinite(torch.stack([m for _, t in scanned for m in torch.aminmax(t)])).tolist()
+    for i, (name, _) in enumerate(scanned):
+        if not (ok[2 * i] and ok[2 * i + 1]):
             raise ValueError(f"{name} holds non-finite values (NaN or inf); pass check_finite=False to let "
                              f"them through (then they reach the output as each kernel propagates them)")
 
 
-def attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    term: PositionTerm | None = None,
-    *,
-    form: str | None = None,
-    backend: str = "sdpa",
-    causal: bool = False,
-    query_offset: int | None = None,
-    query_positions: torch.Tensor | None = None,
-    key_positions: torch.Tensor | None = None,
-    window: int | None = None,
-    check_finite: bool = True,
-    compiled: bool = True,
-    kernel_options: dict | None = None,
-) -> torch.Tensor:
-    """Attention with ``term`` computed by (``form``, ``backend``): (B, H, Lq, d).
+# Call plans: what the checks below derive from the shapes and arguments alone (the form, the
+# positions), kept per shape so that a model's repeated calls (every layer, every step) are checked
+# once. The finiteness scan reads values and runs on every call that asks for it.
+_PLANS = memo.LRU(256)
 
-    q (B, H, Lq, d), k and v (B, H, Lk, d); ``term`` from a scheme's ``position_term``
-    (None: no position signal). ``form``: "naive", "gather", "skew" or "none" (None picks
-    "gather", or "none" for a term with nothing to form). ``backend``: "eager", "sdpa" or
-    "flex" (``compiled`` and ``kernel_options`` apply to flex only). ``causal``: key j is
-    visible to query i iff key_pos[j] <= query_pos[i], positions as in
-    ``relpos_core.positions``. ``window`` (causal only): a sliding window of W >= 1 keys,
-    key j visible to query i iff query_pos[i] - W < key_pos[j] <= query_pos[i] (the query
-    and the W - 1 positions before it), a mask on every path.
-    Sign conventions: each scheme's own (the term records it).
-    """
+
+def _plan_key(q, k, v, term, form, backend, causal, query_offset, query_positions, key_positions, window,
+              check_finite, compiled, kernel_options):
+    """The call's key in ``_PLANS``, or None for a call that is checked afresh: explicit position tensors
+    (their values are read), kernel options, arguments of unexpected types (the checks name them),
+    terms holding something no key stands for, and while ``torch.compile`` traces."""
+    if query_positions is not None or key_positions is not None or kernel_options is not None:
+        return None
+    if not all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in (q, k, v)):
+        return None
+    if not (type(causal) is bool and type(check_finite) is bool and type(compiled) is bool
+            and type(backend) is str and (form is None or type(form) is str)
+            and (window is None or type(window) is int) and (query_offset is None or type(query_offset) is int)):
+        return None
+    if term is not None and not isinstance(term, PositionTerm):
+        return None
+    if memo.compiling():
+        return None
+    try:
+        term_key = None if term is None else memo.signature(term)
+    except memo.Unhashable:
+        return None
+    return (memo.tensor_key(q, False), memo.tensor_key(k, False), memo.tensor_key(v, False), term_key, form,
+            backend, causal, query_offset, window, check_finite, compiled, memo.mode_key(), guard.get_memory_budget())
+
+
+def _plan(q, k, v, term, *, form, backend, causal, query_offset, query_positions, key_positions, window,
+          check_finite, compiled, kernel_options):
+    """Steps 1-4 of the module docstring: (form, positions) of a call that passed them."""
     B, H, Lq, Lk, d = check_qkv(q, k, v)
     term = NO_POSITION if term is None else term
     if not isinstance(term, PositionTerm):
@@ -189,6 +195,49 @@ def attend(
         raise ValueError(f"form={form!r}, backend={backend!r} cannot compute {term.scheme} for this call: {reason}")
     need = peak_bytes(term, form, backend, **call.ledger_sizes(backend))
     guard.check_path_memory(need, term=term, form=form, backend=backend, call=call)
+    return form, pos
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    term: PositionTerm | None = None,
+    *,
+    form: str | None = None,
+    backend: str = "sdpa",
+    causal: bool = False,
+    query_offset: int | None = None,
+    query_positions: torch.Tensor | None = None,
+    key_positions: torch.Tensor | None = None,
+    window: int | None = None,
+    check_finite: bool = True,
+    compiled: bool = True,
+    kernel_options: dict | None = None,
+) -> torch.Tensor:
+    """Attention with ``term`` computed by (``form``, ``backend``): (B, H, Lq, d).
+
+    q (B, H, Lq, d), k and v (B, H, Lk, d); ``term`` from a scheme's ``position_term``
+    (None: no position signal). ``form``: "naive", "gather", "skew" or "none" (None picks
+    "gather", or "none" for a term with nothing to form). ``backend``: "eager", "sdpa" or
+    "flex" (``compiled`` and ``kernel_options`` apply to flex only). ``causal``: key j is
+    visible to query i iff key_pos[j] <= query_pos[i], positions as in
+    ``relpos_core.positions``. ``window`` (causal only): a sliding window of W >= 1 keys,
+    key j visible to query i iff query_pos[i] - W < key_pos[j] <= query_pos[i] (the query
+    and the W - 1 positions before it), a mask on every path.
+    Sign conventions: each scheme's own (the term records it).
+    """
+    key = _plan_key(q, k, v, term, form, backend, causal, query_offset, query_positions, key_positions, window,
+                    check_finite, compiled, kernel_options)
+    plan = None if key is None else _PLANS.get(key)
+    if plan is None:
+        plan = _plan(q, k, v, term, form=form, backend=backend, causal=causal, query_offset=query_offset,
+                     query_positions=query_positions, key_positions=key_positions, window=window,
+                     check_finite=check_finite, compiled=compiled, kernel_options=kernel_options)
+        if key is not None:
+            _PLANS.put(key, plan)
+    form, pos = plan
+    term = NO_POSITION if term is None else term
     if check_finite:
         _check_finite([("q", q), ("k", k), ("v", v), *((f"the term's {n}", t) for n, t in term.tensors())])
     if backend == "eager":

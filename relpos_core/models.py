@@ -41,6 +41,7 @@ from relpos_core import registry, schemes
 from relpos_core._validate import check_choice, check_int, check_positive_int, check_tensor
 from relpos_core.attend import attend
 from relpos_core.cache import POSITION_FRAMES, ROPE_LAYOUTS, KVCache, weights_identity
+from relpos_core.kernels import memo
 from relpos_core.kernels.rotary import rotate
 from relpos_core.layers import HybridPosition, LayerSpec, pattern_label
 from relpos_core.schemes.declaration import ModelShape
@@ -508,7 +509,8 @@ class Transformer(nn.Module):
             positions = self.position.training_positions(n)
         run = self._run(n, cache, positions, form, backend, compiled, tokens.device)
         terms = self.position_terms() if terms is None else terms
-        with (cache.step() if cache is not None else contextlib.nullcontext()):
+        # a dense bias is built once for the layers that share its tables (kernels.memo.shared_biases)
+        with (cache.step() if cache is not None else contextlib.nullcontext()), memo.shared_biases():
             h = self.position.embed(self.embed(tokens), run.query)  # (B, n, D)
             layers = {id(block): i for i, block in enumerate(self.blocks)}
 

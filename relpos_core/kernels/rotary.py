@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from relpos_core._validate import check_choice, check_tensor
+from relpos_core.kernels import memo
 from relpos_core.terms import Rotary
 
 __all__ = ["PAIRINGS", "inverse_frequencies", "rope_cos_sin", "rotate_half", "apply_rope", "rotate", "rotate_qk",
@@ -130,17 +131,29 @@ def xpos_zeta(decay, rotary_dim: int, *, device=None, dtype=torch.float32) -> to
     return (two_k / rotary_dim + decay.gamma) / (1.0 + decay.gamma)
 
 
-def rotate(x: torch.Tensor, positions: torch.Tensor, rotary, *, seq_len: int | None = None,
-           decay_sign: int = 0, centre=0, attention_factor: bool = True) -> torch.Tensor:
-    """Rotate x (B, H, L, d) by ``positions`` ((L,) or (B, L) integers) as ``rotary`` says.
+# cos and sin of a rotation at consecutive positions, per (rotation, start, length, device, dtype, mode):
+# a model's layers and steps rotate at the same positions every call
+_TABLES = memo.LRU(64)
 
-    ``decay_sign``: +1 for queries, -1 for keys, 0 for no xPos scale; ``centre`` the xPos
-    centre (an int or a 0-d tensor). ``attention_factor=False``: a pure rotation, without
-    a scaling's factor (re-rotating keys that already carry it). Returns (B, H, L, d) in
-    x's dtype.
-    """
-    B, H, L, d = x.shape
-    r = _rotary_dim(rotary, d)
+
+def _table_key(x, positions, rotary, r, seq_len, decay_sign, centre, attention_factor, start):
+    if start is None or positions.dim() != 1 or type(centre) is not int or memo.compiling():
+        return None
+    try:
+        rot = memo.signature(rotary, identity=True)  # a scaling's tables by storage and version
+    except memo.Unhashable:
+        return None
+    return (rot, start, positions.shape[0], r, x.shape[-1], seq_len, decay_sign, centre, attention_factor, x.device, x.dtype,
+            memo.mode_key())
+
+
+def _cos_sin(x, positions, rotary, r, seq_len, decay_sign, centre, attention_factor, start):
+    """cos and sin (L, r/2) or (B, 1, L, r/2) in x's dtype, the attention factor and xPos's scale in."""
+    key = _table_key(x, positions, rotary, r, seq_len, decay_sign, centre, attention_factor, start)
+    cached = None if key is None else _TABLES.get(key)
+    if cached is not None:
+        return cached
+    d = x.shape[-1]
     work = ANGLE_DTYPE  # float64 angles, reduced (cos, sin, scale) before the cast to x's dtype
     inv_freq = inverse_frequencies(rotary, d, seq_len=seq_len, device=x.device, dtype=work)  # (r/2,)
     angle = positions[..., None].to(work) * inv_freq  # (L, r/2) or (B, L, r/2)
@@ -156,6 +169,25 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, rotary, *, seq_len: int | N
     if positions.dim() == 2:
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, r/2)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    if key is not None:
+        _TABLES.put(key, (cos, sin))
+    return cos, sin
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor, rotary, *, seq_len: int | None = None,
+           decay_sign: int = 0, centre=0, attention_factor: bool = True, start: int | None = None) -> torch.Tensor:
+    """Rotate x (B, H, L, d) by ``positions`` ((L,) or (B, L) integers) as ``rotary`` says.
+
+    ``decay_sign``: +1 for queries, -1 for keys, 0 for no xPos scale; ``centre`` the xPos
+    centre (an int or a 0-d tensor). ``attention_factor=False``: a pure rotation, without
+    a scaling's factor (re-rotating keys that already carry it). ``start``: the caller knows
+    that ``positions`` is ``start, start + 1, ...`` (no device read): cos and sin are then
+    cached per (rotation, start, length, device, dtype) (``_TABLES``). Returns (B, H, L, d) in
+    x's dtype.
+    """
+    B, H, L, d = x.shape
+    r = _rotary_dim(rotary, d)
+    cos, sin = _cos_sin(x, positions, rotary, r, seq_len, decay_sign, centre, attention_factor, start)
     xr, rest = x[..., :r], x[..., r:]
     if rotary.pairing == "rotate_half":
         x1, x2 = xr[..., : r // 2], xr[..., r // 2:]  # (B, H, L, r/2) pair k = (k, k + r/2)
@@ -180,8 +212,8 @@ def rotate_qk(q: torch.Tensor, k: torch.Tensor, rotary, pos) -> tuple[torch.Tens
                              f"first query, and past {limit} the largest factor zeta^(span / 2B) overflows "
                              f"{q.dtype}; use a wider dtype or shorter calls (a decode step is fine at any length)")
         centre = (pos.min_query + pos.max_key) // 2
-    q = rotate(q, pos.query, rotary, seq_len=seq_len, decay_sign=1, centre=centre)
-    k = rotate(k, pos.key, rotary, seq_len=seq_len, decay_sign=-1, centre=centre)
+    q = rotate(q, pos.query, rotary, seq_len=seq_len, decay_sign=1, centre=centre, start=pos.query_start)
+    k = rotate(k, pos.key, rotary, seq_len=seq_len, decay_sign=-1, centre=centre, start=pos.key_start)
     return q, k
 
 

@@ -13,7 +13,9 @@ costs a (1|B, H, Lq, Lk) tensor, and changes which fused backend runs, so the ba
 
 Causality: with no bias, no sliding window and Lq == Lk it is SDPA's own ``is_causal``;
 otherwise a boolean (Lq, Lk) mask (a sliding window included: ``Positions.visible``), or
--inf written into the bias tensor this call built (never into a scheme's bias). The bias is an ordinary tensor gathered from the tables, so gradients
+-inf written into the bias tensor this call built (never into a scheme's bias). Inside a model
+forward (``memo.shared_biases``) layers whose terms hold the same tables and no piece reading
+q or k get that one tensor, built once (Hugging Face's T5 computes its bias once per stack). The bias is an ordinary tensor gathered from the tables, so gradients
 reach them on every device: this is the path that trains where FlexAttention cannot.
 Shaw's value term changes the output, not the logits: no mask can express it (use the
 eager backend). Rows whose mask hides every key return 0.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from relpos_core.kernels import memo
 from relpos_core.kernels.eager import zero_empty_rows
 from relpos_core.kernels.forms import compose_logits, prepare_qk
 from relpos_core.kernels.sdpa_backends import active_forced_backend, check_backend_supports
@@ -35,19 +38,49 @@ def dense_bias(term, q_pos, k, pos, form: str, dtype: torch.dtype) -> torch.Tens
     return compose_logits(term, form, q_pos, k, pos, dtype, term.logit_scale(q_pos.shape[-1]))
 
 
+def _causal_mask(term, q_pos, k, pos, form: str, dtype, causal: bool):
+    """(the attn_mask: the bias with -inf where hidden, a bool mask or None; whether SDPA's is_causal)."""
+    mask = dense_bias(term, q_pos, k, pos, form, dtype)  # (1|B, H, Lq, Lk) or None
+    if not causal:
+        return mask, False
+    if mask is not None:
+        return mask.masked_fill_(~pos.visible(), float("-inf")), False
+    if pos.contiguous and pos.shift == 0 and pos.query_len == pos.key_len and pos.window is None:
+        return None, True  # SDPA's own causal path: no mask tensor at all
+    return pos.visible(), False  # (Lq, Lk) bool, True = may attend
+
+
+def _shared_key(term, q_pos, pos, form: str, dtype, causal: bool):
+    """The key of this call's mask in the model forward's memo (``memo.shared_biases``), or None when the
+    bias cannot be shared: a piece reads q or k, positions are explicit, or the term holds what no key
+    stands for. Tables are keyed by storage and version: layers sharing one table share the bias."""
+    if memo.shared_bias_memo() is None or not pos.contiguous or not term.logit_pieces:
+        return None
+    if any(p.batched for p in term.logit_pieces):
+        return None
+    try:
+        tables = memo.signature(term, identity=True)
+    except memo.Unhashable:
+        return None
+    return (tables, form, dtype, q_pos.shape[-1], causal, pos.query_len, pos.key_len, pos.query_start, pos.key_start, pos.window,
+            memo.mode_key())
+
+
+def _mask(term, q_pos, k, pos, form: str, dtype, causal: bool):
+    """``_causal_mask``, computed once per model forward for layers that share it (``_shared_key``)."""
+    key = _shared_key(term, q_pos, pos, form, dtype, causal)
+    if key is None:
+        return _causal_mask(term, q_pos, k, pos, form, dtype, causal)
+    shared = memo.shared_bias_memo()
+    if key not in shared:
+        shared[key] = _causal_mask(term, q_pos, k, pos, form, dtype, causal)
+    return shared[key]
+
+
 def attention(q, k, v, term, *, form: str, pos, causal: bool) -> torch.Tensor:
     """(B, H, Lq, d) output; arguments already validated by ``relpos_core.attend``."""
     q_content, q_pos, k = prepare_qk(q, k, term, pos, causal)
-    Lq, Lk = pos.query_len, pos.key_len
-    mask = dense_bias(term, q_pos, k, pos, form, q.dtype)  # (1|B, H, Lq, Lk) or None
-    is_causal = False
-    if causal:
-        if mask is not None:
-            mask = mask.masked_fill_(~pos.visible(), float("-inf"))
-        elif pos.contiguous and pos.shift == 0 and Lq == Lk and pos.window is None:
-            is_causal = True  # SDPA's own causal path: no mask tensor at all
-        else:
-            mask = pos.visible()  # (Lq, Lk) bool, True = may attend
+    mask, is_causal = _mask(term, q_pos, k, pos, form, q.dtype, causal)
     forced = active_forced_backend()
     if forced is not None:
         check_backend_supports(forced, device=q.device, dtype=q.dtype, mask_ndim=None if mask is None else mask.dim(),
