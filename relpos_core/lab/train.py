@@ -22,7 +22,8 @@ thread count; another CPU may differ in the last bits, which a long training run
 amplify: chapters/10_experiments.ipynb). Seeds are derived with crc32, not Python's salted ``hash``.
 
 Optimiser: Adam (no weight decay, so rows of a learned table that never get a gradient
-keep their initial values), gradient norm clipped at 1. The loss is cross-entropy over
+keep their initial values; ``foreach``, bit for bit the numbers of the per-parameter loop),
+gradient norm clipped at 1. The loss is cross-entropy over
 the labelled positions only.
 """
 from __future__ import annotations
@@ -104,6 +105,14 @@ def _model_config(preset: Preset, setup: TaskSetup, task: Task, spec: RunSpec) -
     shape = dict(preset.model, **spec.model)
     return lab_config(spec.scheme, vocab_size=task.vocab_size, num_classes=task.num_classes,
                       max_positions=setup.max_length, causal=task.causal, position=spec.position, **shape)
+
+
+def _optimizer(model: Transformer, lr: float) -> torch.optim.Adam:
+    """Adam, betas 0.9 / 0.98, no weight decay, ``foreach``: one call per operation over all the parameters
+    instead of a loop over them, with the same numbers bit for bit as the loop the committed runs used
+    (the fused kernel is faster still but rounds differently: its losses part from these by about 3e-7
+    relative within 60 steps, which a long run can amplify)."""
+    return torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), foreach=True)
 
 
 def _lr_factor(step: int, warmup: int) -> float:
@@ -219,7 +228,7 @@ def train_run(preset: Preset, spec: RunSpec, seed: int, lr: float, *, progress=N
     config = _model_config(preset, setup, task, spec)
     model = build_model(config, seed=derive_seed(seed, "init", spec.run_id))
     initial_tables = _tables(model) if spec.keep_tables else None
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
+    optimizer = _optimizer(model, lr)
     g = torch.Generator().manual_seed(derive_seed(seed, "train", spec.task))
     budgets = sorted(preset.budgets)
     ends = {b: setup.cap * b for b in budgets}  # step at which each budget ends
