@@ -69,6 +69,35 @@ def clipped_rows(k: int) -> RowIndex:
     return RowIndex(2 * k + 1, lambda off: off.clamp_(-k, k).add_(k), f"clip(j - i, -{k}, {k}) + {k}")
 
 
+def _map_offsets_first(rows: RowIndex, num_offsets: int, num_pairs: int) -> bool:
+    return bool(rows.work(1)) and num_offsets <= num_pairs
+
+
+def rows_per_pair(rows: RowIndex, pos) -> torch.Tensor:
+    """rows(key_pos - query_pos) for every pair: (Lq, Lk) int64.
+
+    A map that computes (it allocates working tensors: DeBERTa's log buckets) is applied to
+    the call's distinct offsets only (Lq + Lk - 1 of them when the positions are contiguous)
+    and read per pair through one int64 column; a map done in place (a clamp) runs per pair,
+    which holds one (Lq, Lk) tensor instead of two (so does any map when the call's offsets
+    outnumber its pairs: explicit positions far apart).
+    """
+    if not _map_offsets_first(rows, pos.num_offsets, pos.query_len * pos.key_len):
+        return rows(pos.offsets())  # (Lq, Lk), mapped in place
+    lut = rows(torch.arange(pos.min_offset, pos.max_offset + 1, device=pos.query.device))  # (R_off,)
+    cols = pos.offsets().sub_(pos.min_offset)  # (Lq, Lk) column of each pair's offset
+    return lut.index_select(0, cols.reshape(-1)).view(cols.shape)  # (Lq, Lk)
+
+
+def rows_per_pair_allocs(rows: RowIndex, s: Sizes) -> list[Alloc]:
+    """What ``rows_per_pair`` holds at its peak, its result included."""
+    P = s.Lq * s.Lk
+    if not _map_offsets_first(rows, s.num_offsets, P):
+        return [Alloc("row per pair", (P,), I64), *rows.work(P)]
+    return [Alloc("row of each offset", (s.num_offsets,), I64), *rows.work(s.num_offsets),
+            Alloc("column of each pair's offset", (P,), I64), Alloc("row per pair", (P,), I64)]
+
+
 def check_row_table(table: torch.Tensor, rows: RowIndex) -> None:
     """A vector table (R, d) or per head (H, R, d) with one row per row of ``rows``."""
     check_tensor("table", table, ndim=(2, 3), floating=True)
@@ -212,7 +241,7 @@ class _LogitVectors(_RowVectors):
         B, H, n, _ = x.shape
         Lq, Lk = pos.query_len, pos.key_len
         if form == "gather":
-            rows = self.rows(pos.offsets())  # (Lq, Lk) int64
+            rows = rows_per_pair(self.rows, pos)  # (Lq, Lk) int64
             scores = per_row_scores(x, self.table)  # (B, H, n, R)
             if self.side == "query":
                 return torch.gather(scores, -1, rows.expand(B, H, Lq, Lk))  # (B, H, Lq, Lk)
@@ -255,7 +284,7 @@ class _LogitVectors(_RowVectors):
             out += [Alloc("offsets per pair", (P,), I64), *self.rows.work(P),
                     Alloc(f"{self.name} gathered per pair", (self._table_heads(), P, s.d), self.table.dtype)]
         elif form == "gather":
-            out += [Alloc("row per pair", (P,), I64), *self.rows.work(P), *self._broadcast_copy(s, R, dt),
+            out += [*rows_per_pair_allocs(self.rows, s), *self._broadcast_copy(s, R, dt),
                     Alloc(f"{self.name}: scores against every row", (s.B, s.H, n, R), dt)]
         else:
             out += [Alloc("offsets", (s.num_offsets,), I64), *self.rows.work(s.num_offsets),
