@@ -11,8 +11,9 @@ processes lands on both sides alike; the table gives the median process CPU time
 over the rounds and the ratio base / this checkout (> 1: this checkout is faster).
 
 A step is what the trainers do per step: forward, loss, ``zero_grad``, backward, gradient
-clipping at 1, the optimiser's step and the loss read back. The optimiser is each
-checkout's own (``relpos_core.lab.train._optimizer`` / ``relpos_core.lm.train._optimizer``
+clipping at 1, the optimiser's step and the loss read back. The update and the optimiser are
+each checkout's own (``train._update`` where it has one, else the steps its trainer wrote
+inline); the optimiser (``relpos_core.lab.train._optimizer`` / ``relpos_core.lm.train._optimizer``
 where the checkout has it; a checkout without the lab's builds the Adam its ``train_run``
 built inline, betas 0.9 / 0.98). Cases, from the full presets:
 
@@ -37,6 +38,18 @@ DEFAULT_SCHEMES = ("none", "rope", "t5", "alibi", "kerple_log", "fire")
 
 
 # -- the worker: one checkout's relpos_core ------------------------------------------------
+def _update(train, model, opt, loss):
+    """The checkout's own update (``train._update``), or the steps its trainer wrote inline."""
+    import torch
+
+    if hasattr(train, "_update"):
+        return train._update(model, opt, loss)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
 def _lab_case(scheme):
     import torch
 
@@ -57,10 +70,7 @@ def _lab_case(scheme):
     def step():
         batch = task.sample(setup.batch_size, setup.train_length, g)
         loss, correct = train._loss_and_correct(model, batch.tokens, batch.targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        _update(train, model, opt, loss)
         return loss.item(), int(correct.sum())
 
     return step
@@ -83,10 +93,7 @@ def _lm_case(scheme):
         x = torch.randint(0, 256, (B, L + 1), generator=g)  # (B, L + 1)
         logits = model(x[:, :-1])  # (B, L, 256)
         loss = F.cross_entropy(logits.reshape(-1, 256), x[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        _update(train, model, opt, loss)
         return loss.item()
 
     return step

@@ -107,6 +107,15 @@ def _model_config(preset: Preset, setup: TaskSetup, task: Task, spec: RunSpec) -
                       max_positions=setup.max_length, causal=task.causal, position=spec.position, **shape)
 
 
+def _update(model: Transformer, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """One optimiser step on ``loss``: gradients, their norm clipped at 1 (``foreach``: the same numbers
+    bit for bit as the per-parameter loop, in one call), the step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+    optimizer.step()
+
+
 def _optimizer(model: Transformer, lr: float) -> torch.optim.Adam:
     """Adam, betas 0.9 / 0.98, no weight decay, ``foreach``: one call per operation over all the parameters
     instead of a loop over them, with the same numbers bit for bit as the loop the committed runs used
@@ -246,10 +255,7 @@ def train_run(preset: Preset, spec: RunSpec, seed: int, lr: float, *, progress=N
             group["lr"] = lr * _lr_factor(step, preset.warmup_steps)
         batch = task.sample(setup.batch_size, setup.train_length, g)
         loss, correct = _loss_and_correct(model, batch.tokens, batch.targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        _update(model, optimizer, loss)
         step += 1
         value, n_correct = loss.item(), int(correct.sum())
         window_loss += value

@@ -155,6 +155,15 @@ def _lr(step: int, preset_steps: int, warmup: int, peak: float, floor: float) ->
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def _update(model: Transformer, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """One optimiser step on ``loss``: gradients, their norm clipped at 1 (``foreach``: the same numbers
+    bit for bit as the per-parameter loop, in one call), the step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+    optimizer.step()
+
+
 def _optimizer(model, lr):
     return torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.95), foreach=True)
 
@@ -175,10 +184,7 @@ def train_model(model: Transformer, data: torch.Tensor, *, steps: int, batch: in
         x = data[starts[:, None] + offsets]  # (B, L + 1)
         logits = model(x[:, :-1])  # (B, L, 256)
         loss = F.cross_entropy(logits.reshape(-1, 256), x[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        _update(model, opt, loss)
         window += loss.item()
         n += 1
         if (step + 1) % log_every == 0 or step + 1 == steps:
