@@ -151,7 +151,7 @@ def _plan_key(q, k, v, term, form, backend, causal, query_offset, query_position
         return None
     if term is not None and not isinstance(term, PositionTerm):
         return None
-    if memo.compiling():
+    if memo.bypassed():
         return None
     try:
         term_key = None if term is None else memo.signature(term)

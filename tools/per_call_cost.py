@@ -12,6 +12,13 @@ B=1, H=8, d=64, float32, one thread, process CPU time. Rows, each at every lengt
   pair (before, ``_OffsetScalar.logits``) and slope x distance from the positions (after),
   and the whole causal ``rp.attend`` call with each, next to naive/sdpa.
 
+``--fixed`` times the fixed cost of a call instead (issue 25's target: ``rp.attend`` within
+2x of bare SDPA at L = 16): B=1, H=8, d=64, causal, at each length, bare
+``scaled_dot_product_attention`` beside ``rp.attend`` with no term, RoPE, T5 (gather) and
+ALiBi (gather), each with ``check_finite=False`` and with the default scan, and each with
+the per-shape caches (``relpos_core.kernels.memo``: call plans, cos / sin tables) and with
+them switched off (before).
+
 Before and after run in the same process, their bursts interleaved, so the ratios compare
 like with like; on a loaded machine the absolute times mean little.
 """
@@ -31,6 +38,7 @@ import torch  # noqa: E402
 import relpos_core as rp  # noqa: E402
 attend_module = importlib.import_module("relpos_core.attend")  # the module (rp.attend is the function)
 from relpos_core.bench import stats  # noqa: E402
+from relpos_core.kernels import memo  # noqa: E402
 from relpos_core.measure.timing import burst, interleaved  # noqa: E402
 from relpos_core.pieces.scalars import ScalarSlopes, _OffsetScalar  # noqa: E402
 from relpos_core.positions import resolve_positions  # noqa: E402
@@ -91,6 +99,39 @@ def rows_at(L):
     ]
 
 
+def fixed_rows_at(L):
+    B, H, d = 1, 8, 64
+    g = torch.Generator().manual_seed(L)
+    q, k, v = (torch.randn(B, H, L, d, generator=g) for _ in range(3))
+    terms = {"no term": None, "RoPE": rp.schemes.rope.position_term(),
+             "T5 gather": rp.registry.example_term("t5", num_heads=H, head_dim=d, k=None),
+             "ALiBi gather": rp.schemes.alibi.position_term(H)}
+    rows = [Timed("bare SDPA", L, lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))]
+    for name, term in terms.items():
+        for scan in (False, True):
+            def call(term=term, scan=scan):
+                return rp.attend(q, k, v, term, causal=True, check_finite=scan)
+
+            def before(call=call):
+                memo.ENABLED = False  # every call checked, every table derived afresh
+                try:
+                    return call()
+                finally:
+                    memo.ENABLED = True
+            label = f"{name}, {'scan' if scan else 'check_finite=False'}"
+            rows += [Timed(f"{label}, no caches (before)", L, before), Timed(f"{label} (after)", L, call)]
+    return rows
+
+
+def fixed_pairs():
+    out = []
+    for name in ("no term", "RoPE", "T5 gather", "ALiBi gather"):
+        for scan in ("check_finite=False", "scan"):
+            out += [(f"{name}, {scan}, no caches (before)", f"{name}, {scan} (after)"),
+                    (f"{name}, {scan} (after)", "bare SDPA")]
+    return out
+
+
 PAIRS = [("scan: isfinite (before)", "scan: aminmax (after)"),
          ("RoPE attend, isfinite scan (before)", "RoPE attend, aminmax scan (after)"),
          ("RoPE attend, isfinite scan (before)", "RoPE attend, check_finite=False"),
@@ -103,19 +144,22 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048])
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--fixed", action="store_true", help="the fixed cost per call (default lengths 16 and 64)")
     args = ap.parse_args(argv)
+    if args.fixed and args.lengths == [256, 1024, 2048]:
+        args.lengths = [16, 64]
     if any(not 1 <= L <= 8192 for L in args.lengths) or not 1 <= args.repeats <= 100:
         ap.error("lengths must be in [1, 8192] and repeats in [1, 100]")
     torch.set_num_threads(1)
     with torch.no_grad():
-        timed = [t for L in args.lengths for t in rows_at(L)]
+        timed = [t for L in args.lengths for t in (fixed_rows_at(L) if args.fixed else rows_at(L))]
         interleaved(timed, args.repeats, torch.device("cpu"))
     ms = {(t.name, t.L): stats.summarize([s["cpu_ms"] for s in t.samples]) for t in timed}
     for t in timed:
         m = ms[(t.name, t.L)]
-        print(f"L={t.L:>5} {t.name:<52} {m['median']:9.3f} ms  spread {m['spread']:.2f}")
+        print(f"L={t.L:>5} {t.name:<56} {m['median']:9.3f} ms  spread {m['spread']:.2f}")
     print()
-    for a, b in PAIRS:
+    for a, b in (fixed_pairs() if args.fixed else PAIRS):
         ratios = ", ".join(f"L={L}: {ms[(a, L)]['median'] / ms[(b, L)]['median']:.2f}" for L in args.lengths)
         print(f"{a} / {b}: {ratios}")
 

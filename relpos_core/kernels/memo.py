@@ -14,7 +14,7 @@ not be derived again on every call. Three caches use the keys built here:
   table (T5's one table for the stack, ALiBi's slopes) get the bias computed once, as
   Hugging Face's T5 computes its ``position_bias`` once per stack.
 
-Nothing is cached while ``torch.compile`` traces (``compiling``): the graph holds the work
+Nothing is cached while ``torch.compile`` traces (``bypassed``): the graph holds the work
 itself. A cached tensor is made in the grad and inference mode its key records, so a
 table made under ``torch.inference_mode`` is never handed to a call that records
 gradients.
@@ -29,7 +29,7 @@ from collections import OrderedDict
 
 import torch
 
-__all__ = ["Unhashable", "signature", "tensor_key", "LRU", "compiling", "mode_key", "shared_biases",
+__all__ = ["ENABLED", "Unhashable", "signature", "tensor_key", "LRU", "bypassed", "mode_key", "shared_biases",
            "shared_bias_memo"]
 
 
@@ -120,9 +120,14 @@ class LRU:
         return len(self.data)
 
 
-def compiling() -> bool:
-    """True while ``torch.compile`` traces: the caches step aside."""
-    return torch.compiler.is_compiling()
+#: False switches every cache here off (each call checked and each table derived afresh: what the
+#: per-call cost tool times as "before")
+ENABLED = True
+
+
+def bypassed() -> bool:
+    """True while ``torch.compile`` traces, or with the caches switched off (``ENABLED``): they step aside."""
+    return not ENABLED or torch.compiler.is_compiling()
 
 
 def mode_key() -> tuple[bool, bool]:
@@ -149,4 +154,4 @@ def shared_biases():
 def shared_bias_memo() -> dict | None:
     """The active forward's bias memo (``shared_biases``), or None outside one or while compiling."""
     memo = getattr(_LOCAL, "memo", None)
-    return None if memo is None or compiling() else memo
+    return None if memo is None or bypassed() else memo

@@ -137,7 +137,7 @@ _TABLES = memo.LRU(64)
 
 
 def _table_key(x, positions, rotary, r, seq_len, decay_sign, centre, attention_factor, start):
-    if start is None or positions.dim() != 1 or type(centre) is not int or memo.compiling():
+    if start is None or positions.dim() != 1 or type(centre) is not int or memo.bypassed():
         return None
     try:
         rot = memo.signature(rotary, identity=True)  # a scaling's tables by storage and version
