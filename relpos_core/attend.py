@@ -22,6 +22,13 @@ tensor that grows with Lq Lk is allocated, ``attend``
 5. scans q, k, v (and the term's tables) for NaN and inf, one pass per tensor
    (``torch.aminmax``: a NaN or inf reaches the min or the max).
 
+Steps 1-4 depend on the shapes, dtypes, devices and arguments only: a call whose key
+(those, the term's structure, the grad and inference mode and the memory budget) was
+checked before reuses the result (``_PLANS``, ``relpos_core.kernels.memo``), so a model's
+repeated calls are checked once per shape; calls with explicit position tensors or kernel
+options, and calls while ``torch.compile`` traces, are checked every time. Step 5 reads
+values and runs on every call that asks for it.
+
 Behaviour shared by every path: causality is a mask (never part of a bias); a query
 whose mask hides every key gets a zero output row; non-finite q, k or v are refused
 (``check_finite=False`` skips that scan, and then NaN propagates as each kernel lets it).

@@ -20,6 +20,11 @@ cache at all. ``decode`` (teacher-forced) and ``generate`` (greedy) run step by 
 Training (the lab): ``forward(tokens)`` with gradients, on the path ``default_path()``
 picks (a dense SDPA path where the scheme has one: FlexAttention has no CPU backward).
 
+A forward builds a dense SDPA bias once for the layers whose terms hold the same tables
+(T5's one table, ALiBi's slopes: ``relpos_core.kernels.memo.shared_biases``), as Hugging
+Face's T5 computes its position bias once per stack, wherever no gradient reaches those tables
+(evaluation, decoding, fixed slopes); a term that reads q or k is built per layer.
+
 Positions follow ``relpos_core.positions``: the new tokens are the last of the keys;
 ``forward(tokens, positions=p)`` places a sequence explicitly (randomised positions).
 

@@ -117,12 +117,15 @@ def _model(scheme, **kw):
 @pytest.mark.parametrize("scheme", ["t5", "alibi"])
 def test_a_bias_shared_by_the_layers_is_built_once_per_forward(scheme):
     """Hugging Face's T5 computes its bias once per stack: so does the model, for every layer sharing
-    the table (the step before this built it in every layer)."""
+    the table, where no gradient reaches it (the forward before this built it in every layer)."""
     model = _model(scheme)
     tokens = torch.randint(0, 16, (2, 12), generator=torch.Generator().manual_seed(0))
-    with mock.patch.object(sdpa, "dense_bias", wraps=sdpa.dense_bias) as built:
+    with mock.patch.object(sdpa, "dense_bias", wraps=sdpa.dense_bias) as built, torch.no_grad():
         model(tokens)
     assert built.call_count == 1
+    with mock.patch.object(sdpa, "dense_bias", wraps=sdpa.dense_bias) as built:
+        model(tokens)  # training: ALiBi's slopes take no gradient, T5's table does
+    assert built.call_count == (1 if scheme == "alibi" else model.config.num_layers)
 
 
 @pytest.mark.parametrize("scheme", ["t5", "alibi", "deberta", "kerple_log"])
@@ -144,6 +147,11 @@ def test_the_shared_bias_changes_no_number(scheme):
     assert shared_grads.keys() == own_grads.keys()
     for name in own_grads:
         torch.testing.assert_close(shared_grads[name], own_grads[name], rtol=1e-10, atol=1e-12, msg=name)
+    with torch.no_grad():  # evaluation shares T5's bias too: the same numbers, bit for bit
+        shared = model(tokens)
+        with mock.patch.object(sdpa.memo, "shared_bias_memo", lambda: None):
+            own = model(tokens)
+    torch.testing.assert_close(shared, own, rtol=0, atol=0)
 
 
 def _bucketed_deberta(H=4, d=16, S=8, seed=2):

@@ -15,7 +15,9 @@ Causality: with no bias, no sliding window and Lq == Lk it is SDPA's own ``is_ca
 otherwise a boolean (Lq, Lk) mask (a sliding window included: ``Positions.visible``), or
 -inf written into the bias tensor this call built (never into a scheme's bias). Inside a model
 forward (``memo.shared_biases``) layers whose terms hold the same tables and no piece reading
-q or k get that one tensor, built once (Hugging Face's T5 computes its bias once per stack). The bias is an ordinary tensor gathered from the tables, so gradients
+q or k get that one tensor, built once (Hugging Face's T5 computes its bias once per stack),
+where no gradient reaches the tables (evaluation, decoding, ALiBi's fixed slopes): a table
+trained through one shared bias would get its gradient summed in another order. The bias is an ordinary tensor gathered from the tables, so gradients
 reach them on every device: this is the path that trains where FlexAttention cannot.
 Shaw's value term changes the output, not the logits: no mask can express it (use the
 eager backend). Rows whose mask hides every key return 0.
@@ -52,11 +54,16 @@ def _causal_mask(term, q_pos, k, pos, form: str, dtype, causal: bool):
 
 def _shared_key(term, q_pos, pos, form: str, dtype, causal: bool):
     """The key of this call's mask in the model forward's memo (``memo.shared_biases``), or None when the
-    bias cannot be shared: a piece reads q or k, positions are explicit, or the term holds what no key
-    stands for. Tables are keyed by storage and version: layers sharing one table share the bias."""
+    bias is not shared: a piece reads q or k, positions are explicit, gradients reach the term's tables,
+    or the term holds what no key stands for. Tables are keyed by storage and version: layers sharing one table share the bias."""
     if memo.shared_bias_memo() is None or not pos.contiguous or not term.logit_pieces:
         return None
     if any(p.batched for p in term.logit_pieces):
+        return None
+    if torch.is_grad_enabled() and any(t.requires_grad for _, t in term.tensors()):
+        # training a shared table (T5): one bias would sum the layers' gradients before the table's gather
+        # backward instead of after, other bits than the committed runs (2e-7 relative in the loss within
+        # 40 lab steps); each layer builds its own, and only evaluation and decoding share
         return None
     try:
         tables = memo.signature(term, identity=True)
