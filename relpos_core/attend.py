@@ -148,7 +148,7 @@ def _plan_key(q, k, v, term, form, backend, causal, query_offset, query_position
     """The call's key in ``_PLANS``, or None for a call that is checked afresh: explicit position tensors
     (their values are read), kernel options, arguments of unexpected types (the checks name them),
     terms holding something no key stands for, and while ``torch.compile`` traces."""
-    if query_positions is not None or key_positions is not None or kernel_options is not None:
+    if memo.bypassed() or query_positions is not None or key_positions is not None or kernel_options is not None:
         return None
     if not all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in (q, k, v)):
         return None
@@ -157,8 +157,6 @@ def _plan_key(q, k, v, term, form, backend, causal, query_offset, query_position
             and (window is None or type(window) is int) and (query_offset is None or type(query_offset) is int)):
         return None
     if term is not None and not isinstance(term, PositionTerm):
-        return None
-    if memo.bypassed():
         return None
     try:
         term_key = None if term is None else memo.signature(term)
