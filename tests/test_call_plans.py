@@ -182,3 +182,19 @@ def test_deberta_gather_equals_naive_with_log_buckets(causal):
         gather = rp.attend(q, k, v, term, form="gather", backend=backend, causal=causal)
         naive = rp.attend(q, k, v, term, form="naive", backend=backend, causal=causal)
         torch.testing.assert_close(gather, naive, rtol=1e-12, atol=1e-12)
+
+
+def test_tables_made_under_inference_mode_are_not_keyed_by_identity():
+    """An inference tensor has no version counter: a term holding one is computed afresh, not keyed."""
+    with torch.inference_mode():
+        table = torch.randn(32, 4, dtype=torch.float64)
+        with pytest.raises(memo.Unhashable):
+            memo.signature(table, identity=True)
+        term = rp.schemes.t5.position_term(table, bidirectional=False)
+        model = _model("t5").eval()
+        q, k, v = _qkv()
+        first = rp.attend(q, k, v, term, causal=True)
+        table.mul_(2.0)  # in place, unseen by any version counter
+        again = rp.attend(q, k, v, term, causal=True)
+        assert not torch.allclose(first, again)
+        model(torch.randint(0, 16, (2, 12), generator=torch.Generator().manual_seed(0)))  # evaluation runs

@@ -56,6 +56,8 @@ def tensor_key(t: torch.Tensor, identity: bool) -> tuple:
         return meta
     if t.is_meta:
         raise Unhashable("a meta tensor holds no values")
+    if t.is_inference():  # no version counter: an in-place write could not be seen
+        raise Unhashable("an inference tensor")
     return meta + (t.data_ptr(), t.stride(), t._version)
 
 
