@@ -27,16 +27,20 @@ whose mask hides every key gets a zero output row; non-finite q, k or v are refu
 (``check_finite=False`` skips that scan, and then NaN propagates as each kernel lets it).
 
 **No host syncs.** With ``check_finite=False`` and positions known from the shapes (the
-default rule or ``query_offset``), ``attend`` reads nothing back from the device and
-compiles with ``torch.compile`` without a graph break on every path. Explicit position
-tensors cost one read (``relpos_core.positions``) and the finiteness scan one more, each
-once per call and only when asked for. ``attend`` changes no process-wide setting.
+default rule or ``query_offset``), ``attend`` reads nothing back from the device. Explicit
+position tensors cost one read (``relpos_core.positions``) and the finiteness scan one more,
+each once per call and only when asked for. ``torch.compile(fullgraph=True)`` of a function
+calling ``attend`` builds and runs on every path with the default arguments: inside the graph
+the finiteness check is an opaque op that still raises the same ValueError, and the tables a
+FlexAttention score_mod reads enter its CPU kernel through an opaque copy
+(``relpos_core.compile_ops``; ``tests/test_compile.py``). ``attend`` changes no process-wide setting.
 """
 from __future__ import annotations
 
 import torch
 
 from relpos_core._validate import check_choice, check_int, check_tensor
+from relpos_core.compile_ops import refuse_non_finite
 from relpos_core.kernels import eager, flex, sdpa
 from relpos_core.kernels.forms import BACKENDS, FORMS
 from relpos_core.measure import guard
@@ -110,7 +114,8 @@ def _check_finite(tensors) -> None:
     not dense in memory, a slice, is copied first); a NaN makes both its min and max NaN and
     an inf reaches one of them, so the tensor is finite iff both are (``isfinite(t).all()``
     wrote |t| and three boolean masks of t's size). Integer tensors are finite by
-    construction. Names the first that is not.
+    construction. Names the first that is not (``relpos_core.compile_ops.refuse_non_finite``: the
+    same check inside a ``torch.compile`` graph, without a graph break).
     """
     scanned = []
     for name, t in tensors:
@@ -122,11 +127,8 @@ def _check_finite(tensors) -> None:
             scanned.append((name, _dense_view(t.detach())))
     if not scanned:
         return
-    ok = torch.stack([torch.isfinite(torch.stack(torch.aminmax(t))).all() for _, t in scanned]).tolist()
-    for (name, _), good in zip(scanned, ok):
-        if not good:
-            raise ValueError(f"{name} holds non-finite values (NaN or inf); pass check_finite=False to let "
-                             f"them through (then they reach the output as each kernel propagates them)")
+    ok = torch.stack([torch.isfinite(torch.stack(torch.aminmax(t))).all() for _, t in scanned])  # (n,) bool
+    refuse_non_finite(ok, [name for name, _ in scanned])  # compiled: an opaque op, no graph break
 
 
 def attend(

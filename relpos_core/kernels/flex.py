@@ -35,6 +35,7 @@ import warnings
 
 import torch
 
+from relpos_core.compile_ops import flex_inputs
 from relpos_core.kernels import sdpa
 from relpos_core.kernels.forms import compose_score_mod, prepare_qk
 
@@ -147,7 +148,7 @@ def causal_block_mask(pos, block_size: int = BLOCK_SIZE):
 
     Lq, Lk, dev, W = pos.query_len, pos.key_len, pos.query.device, pos.window
     if not pos.contiguous:
-        qp, kp = pos.query, pos.key
+        qp, kp = flex_inputs(pos.query, pos.key)
 
         def visible(b, h, q_idx, kv_idx):
             seen = kp[kv_idx] <= qp[q_idx]
