@@ -21,13 +21,19 @@ opaque to inductor, so it can neither fuse them away nor into their neighbours.
   flags go to ``relpos::refuse_non_finite``, registered as an ordered side effect (never
   dead-code eliminated, never reordered), which reads them and raises the same ``ValueError``
   naming the first tensor that holds NaN or inf. Nothing non-finite passes silently.
+* ``warn(message, category)``: ``warnings.warn``, which inside a compiled graph would break it;
+  under ``torch.compile`` the warning is given once, when the call is traced
+  (``torch.compiler.assume_constant_result`` runs it then): FlexAttention's CPU backward
+  fallback says what it did, compiled or not.
 """
 from __future__ import annotations
+
+import warnings
 
 import torch
 from torch._library.effects import EffectType
 
-__all__ = ["flex_inputs", "computed_once", "refuse_non_finite", "non_finite_message"]
+__all__ = ["flex_inputs", "computed_once", "refuse_non_finite", "non_finite_message", "warn"]
 
 
 @torch.library.custom_op("relpos::own_buffer", mutates_args=())
@@ -91,3 +97,17 @@ def refuse_non_finite(flags: torch.Tensor, names: list[str]) -> None:
         _refuse_non_finite(flags, "\n".join(names))
     else:
         _raise_first_non_finite(flags, names)
+
+
+@torch.compiler.assume_constant_result
+def _warn_when_traced(message: str, category: type) -> bool:
+    warnings.warn(message, category, stacklevel=2)
+    return True
+
+
+def warn(message: str, category: type = UserWarning, stacklevel: int = 2) -> None:
+    """``warnings.warn(message, category)``; under ``torch.compile`` once per trace, without a graph break."""
+    if torch.compiler.is_compiling():
+        _warn_when_traced(message, category)
+    else:
+        warnings.warn(message, category, stacklevel=stacklevel + 1)

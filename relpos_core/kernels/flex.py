@@ -26,16 +26,15 @@ table indexed with ``clamp`` hits an inductor C++ codegen error on CPU).
 
 Training: FlexAttention has no backward on CPU (torch 2.13 raises "FlexAttention does
 not support backward on CPU"). When gradients are needed on CPU, ``attention`` warns
-(``FlexCPUBackwardWarning``) and computes the same attention on the SDPA backend with the
-same form; on CUDA gradients reach the tables through FlexAttention itself.
+(``FlexCPUBackwardWarning``; under ``torch.compile`` once, when the call is traced) and
+computes the same attention on the SDPA backend with the same form; on CUDA gradients reach
+the tables through FlexAttention itself.
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 
-from relpos_core.compile_ops import flex_inputs
+from relpos_core.compile_ops import flex_inputs, warn
 from relpos_core.kernels import sdpa
 from relpos_core.kernels.forms import compose_score_mod, prepare_qk
 
@@ -226,7 +225,7 @@ def attention(q, k, v, term, *, form: str, pos, causal: bool, compiled: bool = T
     tile: the comparison the benchmark makes against the BlockMask default.
     """
     if needs_cpu_fallback(q, k, v, term):
-        warnings.warn(
+        warn(  # compiled: once, when the call is traced (relpos_core.compile_ops.warn)
             f"FlexAttention has no backward on CPU (torch {torch.__version__}); computing the same attention on "
             f"the SDPA backend (form {form!r}) so gradients reach the tables. This materialises a dense "
             f"[B|1, H, Lq, Lk] bias; on CUDA the flex backend trains without it.", FlexCPUBackwardWarning, stacklevel=3)
