@@ -22,7 +22,11 @@ Shaw's value term changes the output, not the logits: no score_mod can express i
 
 Tables a score_mod reads are fp32 whatever the q/k/v dtype (one dtype for every table, so
 one compiled kernel serves every input dtype), and indexed as 2-D (in torch 2.13 a 4-D
-table indexed with ``clamp`` hits an inductor C++ codegen error on CPU).
+table indexed with ``clamp`` hits an inductor C++ codegen error on CPU). Inside a
+``torch.compile`` of the caller (``run_compiled`` then calls ``flex_attention`` in place) on
+CPU, every tensor a score_mod or mask_mod reads passes through
+``relpos_core.compile_ops.flex_inputs``, an opaque copy: the CPU template takes no input
+computed inside the same graph.
 
 Training: FlexAttention has no backward on CPU (torch 2.13 raises "FlexAttention does
 not support backward on CPU"). When gradients are needed on CPU, ``attention`` warns
