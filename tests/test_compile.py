@@ -116,7 +116,7 @@ def test_gradients_through_the_compiled_call_match_eager(path):
 
 
 def test_the_finiteness_check_stays_in_the_graph():
-    """Dynamo and AOTAutograd (no inductor: the unit tier): one graph, the eager ValueError on NaN or inf."""
+    """Dynamo and AOTAutograd (no inductor: the unit tier): one graph, and the eager ValueError on NaN or inf."""
     g, (q, k, v) = _inputs(2)
     table = torch.randn(32, H, generator=g)  # (num_buckets, H)
 
@@ -124,9 +124,7 @@ def test_the_finiteness_check_stays_in_the_graph():
         return rp.attend(q, k, v, rp.schemes.t5.position_term(table), form="gather", backend="sdpa", causal=True)
 
     dynamo.reset()
-    explained = dynamo.explain(step)(q, k, v, table)
-    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")  # fullgraph: a graph break would raise
     torch.testing.assert_close(compiled(q, k, v, table), step(q, k, v, table))
     for name, index in (("q", 0), ("v", 2), ("the term's", 3)):
         bad = [q, k, v, table]
