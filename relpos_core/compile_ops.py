@@ -11,11 +11,12 @@ opaque to inductor, so it can neither fuse them away nor into their neighbours.
   ``relpos::own_buffer`` (tables of O(H (Lq + Lk)) or O(B H L R) numbers on the gather form;
   the naive form's per-pair tables, O(H Lq Lk), are copied too); outside a compile, and on
   CUDA, the tensors pass unchanged.
-* ``computed_once(t)``: a small table the dense gather form reads per pair (T5's or Kerple's
-  bias per offset: H (Lq + Lk - 1) numbers) stays one buffer under ``torch.compile``. Inductor
-  would otherwise fuse its computation (T5's float32 log buckets) into the (H, Lq, Lk) loop
-  that reads it, and compute it once per pair instead of once per offset: T5 gather/sdpa ran
-  1.6x slower compiled than eager. The same opaque copy, on every device.
+* ``computed_once(t)``: a small table read many times stays one buffer under ``torch.compile``:
+  the bias per offset the dense gather form reads per pair (T5's or Kerple's: H (Lq + Lk - 1)
+  numbers), a rotation's cos and sin per position (L r / 2 numbers, read by every head).
+  Inductor would otherwise fuse its computation (T5's float32 log buckets, RoPE's float64
+  cos and sin) into the larger loop that reads it, and compute it once per pair or per head:
+  T5 gather/sdpa ran 1.9x slower compiled than eager. The same opaque copy, on every device.
 * ``refuse_non_finite(flags, names)``: the finiteness check of ``rp.attend`` inside a compiled
   graph. Eagerly ``attend`` reads the flags back with ``tolist`` (a graph break); compiled, the
   flags go to ``relpos::refuse_non_finite``, registered as an ordered side effect (never

@@ -51,7 +51,8 @@ def default_paths():
 def _without_computed_once(fn):
     """fn with ``computed_once`` an identity while it runs (traced and called so: no recompile)."""
     def call():
-        with mock.patch("relpos_core.pieces.scalars.computed_once", lambda t: t):
+        with mock.patch("relpos_core.pieces.scalars.computed_once", lambda t: t), \
+                mock.patch("relpos_core.kernels.rotary.computed_once", lambda t: t):
             return fn()
     return call
 

@@ -24,9 +24,9 @@ Tables a score_mod reads are fp32 whatever the q/k/v dtype (one dtype for every 
 one compiled kernel serves every input dtype), and indexed as 2-D (in torch 2.13 a 4-D
 table indexed with ``clamp`` hits an inductor C++ codegen error on CPU). Inside a
 ``torch.compile`` of the caller (``run_compiled`` then calls ``flex_attention`` in place) on
-CPU, every tensor a score_mod or mask_mod reads passes through
-``relpos_core.compile_ops.flex_inputs``, an opaque copy: the CPU template takes no input
-computed inside the same graph.
+CPU, every tensor a score_mod or mask_mod reads, and q and k when a rotation or a shift
+changed them, pass through ``relpos_core.compile_ops.flex_inputs``, an opaque copy: the CPU
+template takes no input computed inside the same graph.
 
 Training: FlexAttention has no backward on CPU (torch 2.13 raises "FlexAttention does
 not support backward on CPU"). When gradients are needed on CPU, ``attention`` warns
@@ -234,7 +234,12 @@ def attention(q, k, v, term, *, form: str, pos, causal: bool, compiled: bool = T
             f"the SDPA backend (form {form!r}) so gradients reach the tables. This materialises a dense "
             f"[B|1, H, Lq, Lk] bias; on CUDA the flex backend trains without it.", FlexCPUBackwardWarning, stacklevel=3)
         return sdpa.attention(q, k, v, term, form=form, pos=pos, causal=causal)
-    q_content, q_pos, k = prepare_qk(q, k, term, pos, causal)
+    q_content, q_pos, k_content = prepare_qk(q, k, term, pos, causal)
+    if q_content is not q:  # rotated or shifted in this graph (xPos's interleaved pairs: a 5-D view)
+        q_content = flex_inputs(q_content)
+    if k_content is not k:
+        k_content = flex_inputs(k_content)
+    k = k_content
     if pos.window is not None and not block_skipping:
         raise ValueError("block_skipping=False masks causality inside the score_mod, which has no sliding "
                          "window: pass block_skipping=True (the BlockMask holds the window)")

@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from relpos_core._validate import check_choice, check_tensor
+from relpos_core.compile_ops import computed_once
 from relpos_core.terms import Rotary
 
 __all__ = ["PAIRINGS", "inverse_frequencies", "rope_cos_sin", "rotate_half", "apply_rope", "rotate", "rotate_qk",
@@ -155,7 +156,7 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, rotary, *, seq_len: int | N
         cos, sin = cos * scale, sin * scale
     if positions.dim() == 2:
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, r/2)
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    cos, sin = computed_once(cos.to(x.dtype)), computed_once(sin.to(x.dtype))  # compiled: once per position
     xr, rest = x[..., :r], x[..., r:]
     if rotary.pairing == "rotate_half":
         x1, x2 = xr[..., : r // 2], xr[..., r // 2:]  # (B, H, L, r/2) pair k = (k, k + r/2)
