@@ -34,16 +34,20 @@ whose mask hides every key gets a zero output row; non-finite q, k or v are refu
 (``check_finite=False`` skips that scan, and then NaN propagates as each kernel lets it).
 
 **No host syncs.** With ``check_finite=False`` and positions known from the shapes (the
-default rule or ``query_offset``), ``attend`` reads nothing back from the device and
-compiles with ``torch.compile`` without a graph break on every path. Explicit position
-tensors cost one read (``relpos_core.positions``) and the finiteness scan one more, each
-once per call and only when asked for. ``attend`` changes no process-wide setting.
+default rule or ``query_offset``), ``attend`` reads nothing back from the device. Explicit
+position tensors cost one read (``relpos_core.positions``) and the finiteness scan one more,
+each once per call and only when asked for. ``torch.compile(fullgraph=True)`` of a function
+calling ``attend`` builds and runs on every path with the default arguments: inside the graph
+the finiteness check is an opaque op that still raises the same ValueError, and the tables a
+FlexAttention score_mod reads enter its CPU kernel through an opaque copy
+(``relpos_core.compile_ops``; ``tests/test_compile.py``). ``attend`` changes no process-wide setting.
 """
 from __future__ import annotations
 
 import torch
 
 from relpos_core._validate import check_choice, check_int, check_tensor
+from relpos_core.compile_ops import refuse_non_finite
 from relpos_core.kernels import eager, flex, memo, sdpa
 from relpos_core.kernels.forms import BACKENDS, FORMS
 from relpos_core.measure import guard
@@ -117,7 +121,8 @@ def _check_finite(tensors) -> None:
     not dense in memory, a slice, is copied first); a NaN makes both its min and max NaN and
     an inf reaches one of them, so the tensor is finite iff both are (``isfinite(t).all()``
     wrote |t| and three boolean masks of t's size). Integer tensors are finite by
-    construction. Names the first that is not.
+    construction. Names the first that is not (``relpos_core.compile_ops.refuse_non_finite``: the
+    same check inside a ``torch.compile`` graph, without a graph break).
     """
     scanned = []
     for name, t in tensors:
@@ -129,12 +134,9 @@ def _check_finite(tensors) -> None:
             scanned.append((name, _dense_view(t.detach())))
     if not scanned:
         return
-    # (min, max) of every tensor in one (2n,) tensor: one isfinite and one read for all of them
-    ok = torch.isfinite(torch.stack([m for _, t in scanned for m in torch.aminmax(t)])).tolist()
-    for i, (name, _) in enumerate(scanned):
-        if not (ok[2 * i] and ok[2 * i + 1]):
-            raise ValueError(f"{name} holds non-finite values (NaN or inf); pass check_finite=False to let "
-                             f"them through (then they reach the output as each kernel propagates them)")
+    # (min, max) of every tensor in one (2n,) tensor: one isfinite for all of them, then (n,) flags
+    ok = torch.isfinite(torch.stack([m for _, t in scanned for m in torch.aminmax(t)])).view(-1, 2).all(dim=1)
+    refuse_non_finite(ok, [name for name, _ in scanned])  # one read; compiled: an opaque op, no graph break
 
 
 # Call plans: what the checks below derive from the shapes and arguments alone (the form, the

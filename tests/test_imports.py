@@ -19,7 +19,7 @@ PACKAGE = ROOT / "relpos_core"
 # lowest first; a module may import its own layer and the layers below it
 LAYERS = [
     ("ground", ["relpos_core._validate", "relpos_core.budget", "relpos_core.cli", "relpos_core.provenance",
-                "relpos_core.outputs", "relpos_core.positions", "relpos_core.resources", "relpos_core.measure._profiler",
+                "relpos_core.outputs", "relpos_core.positions", "relpos_core.compile_ops", "relpos_core.resources", "relpos_core.measure._profiler",
                 "relpos_core.measure.memory", "relpos_core.measure.timing"]),
     ("pieces", ["relpos_core.offsets", "relpos_core.pieces", "relpos_core.pieces.*", "relpos_core.terms"]),
     ("kernels", ["relpos_core.kernels", "relpos_core.kernels.*"]),

@@ -22,19 +22,23 @@ Shaw's value term changes the output, not the logits: no score_mod can express i
 
 Tables a score_mod reads are fp32 whatever the q/k/v dtype (one dtype for every table, so
 one compiled kernel serves every input dtype), and indexed as 2-D (in torch 2.13 a 4-D
-table indexed with ``clamp`` hits an inductor C++ codegen error on CPU).
+table indexed with ``clamp`` hits an inductor C++ codegen error on CPU). Inside a
+``torch.compile`` of the caller (``run_compiled`` then calls ``flex_attention`` in place) on
+CPU, every tensor a score_mod or mask_mod reads, and q and k when a rotation or a shift
+changed them, pass through ``relpos_core.compile_ops.flex_inputs``, an opaque copy: the CPU
+template takes no input computed inside the same graph.
 
 Training: FlexAttention has no backward on CPU (torch 2.13 raises "FlexAttention does
 not support backward on CPU"). When gradients are needed on CPU, ``attention`` warns
-(``FlexCPUBackwardWarning``) and computes the same attention on the SDPA backend with the
-same form; on CUDA gradients reach the tables through FlexAttention itself.
+(``FlexCPUBackwardWarning``; under ``torch.compile`` once, when the call is traced) and
+computes the same attention on the SDPA backend with the same form; on CUDA gradients reach
+the tables through FlexAttention itself.
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 
+from relpos_core.compile_ops import flex_inputs, warn
 from relpos_core.kernels import sdpa
 from relpos_core.kernels.forms import compose_score_mod, prepare_qk
 
@@ -147,7 +151,7 @@ def causal_block_mask(pos, block_size: int = BLOCK_SIZE):
 
     Lq, Lk, dev, W = pos.query_len, pos.key_len, pos.query.device, pos.window
     if not pos.contiguous:
-        qp, kp = pos.query, pos.key
+        qp, kp = flex_inputs(pos.query, pos.key)
 
         def visible(b, h, q_idx, kv_idx):
             seen = kp[kv_idx] <= qp[q_idx]
@@ -225,12 +229,17 @@ def attention(q, k, v, term, *, form: str, pos, causal: bool, compiled: bool = T
     tile: the comparison the benchmark makes against the BlockMask default.
     """
     if needs_cpu_fallback(q, k, v, term):
-        warnings.warn(
+        warn(  # compiled: once, when the call is traced (relpos_core.compile_ops.warn)
             f"FlexAttention has no backward on CPU (torch {torch.__version__}); computing the same attention on "
             f"the SDPA backend (form {form!r}) so gradients reach the tables. This materialises a dense "
             f"[B|1, H, Lq, Lk] bias; on CUDA the flex backend trains without it.", FlexCPUBackwardWarning, stacklevel=3)
         return sdpa.attention(q, k, v, term, form=form, pos=pos, causal=causal)
-    q_content, q_pos, k = prepare_qk(q, k, term, pos, causal)
+    q_content, q_pos, k_content = prepare_qk(q, k, term, pos, causal)
+    if q_content is not q:  # rotated or shifted in this graph (xPos's interleaved pairs: a 5-D view)
+        q_content = flex_inputs(q_content)
+    if k_content is not k:
+        k_content = flex_inputs(k_content)
+    k = k_content
     if pos.window is not None and not block_skipping:
         raise ValueError("block_skipping=False masks causality inside the score_mod, which has no sliding "
                          "window: pass block_skipping=True (the BlockMask holds the window)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from relpos_core.compile_ops import flex_inputs
 from relpos_core.kernels.rotary import rotate_qk
 
 __all__ = ["FORMS", "BACKENDS", "prepare_qk", "compose_logits", "compose_score_mod"]
@@ -102,13 +103,13 @@ def compose_score_mod(term, form: str, q: torch.Tensor, k: torch.Tensor, pos, sc
 def _offset_function(pos):
     """(q_idx, kv_idx) -> key_pos - query_pos, inside the kernel."""
     if pos.contiguous:
-        shift = torch.tensor(pos.shift, device=pos.query.device)  # 0-d: no recompile when it changes
+        shift = flex_inputs(torch.tensor(pos.shift, device=pos.query.device))  # 0-d: no recompile when it changes
 
         def offset(q_idx, kv_idx):
             return kv_idx - q_idx - shift
 
         return offset
-    qp, kp = pos.query, pos.key
+    qp, kp = flex_inputs(pos.query, pos.key)
 
     def offset(q_idx, kv_idx):
         return kp[kv_idx] - qp[q_idx]

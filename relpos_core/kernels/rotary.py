@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from relpos_core._validate import check_choice, check_tensor
+from relpos_core.compile_ops import computed_once
 from relpos_core.kernels import memo
 from relpos_core.terms import Rotary
 
@@ -188,6 +189,7 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, rotary, *, seq_len: int | N
     B, H, L, d = x.shape
     r = _rotary_dim(rotary, d)
     cos, sin = _cos_sin(x, positions, rotary, r, seq_len, decay_sign, centre, attention_factor, start)
+    cos, sin = computed_once(cos), computed_once(sin)  # compiled: once per position
     xr, rest = x[..., :r], x[..., r:]
     if rotary.pairing == "rotate_half":
         x1, x2 = xr[..., : r // 2], xr[..., r // 2:]  # (B, H, L, r/2) pair k = (k, k + r/2)

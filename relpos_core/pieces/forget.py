@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from relpos_core._validate import check_tensor
+from relpos_core.compile_ops import flex_inputs
 from relpos_core.pieces.base import ALL_BACKENDS, Alloc, Piece
 
 __all__ = ["ForgetGate"]
@@ -95,7 +96,7 @@ class ForgetGate(Piece):
         c_query, c_key = self.cumulative(k, pos, F32)
         B, H, Lq = c_query.shape
         Lk = c_key.shape[-1]
-        cq, ck = c_query.reshape(B * H, Lq), c_key.reshape(B * H, Lk)  # 2-D tables (flex.py's rule)
+        cq, ck = flex_inputs(c_query.reshape(B * H, Lq), c_key.reshape(B * H, Lk))  # 2-D tables (flex.py's rule)
         return lambda b, h, qi, ki, off: cq[b * H + h, qi] - ck[b * H + h, ki]
 
     def decode_step_work(self, context, num_heads, head_dim, layout=None):

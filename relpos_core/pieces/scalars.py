@@ -24,6 +24,7 @@ from typing import Callable, ClassVar
 import torch
 
 from relpos_core._validate import check_choice, check_int, check_tensor
+from relpos_core.compile_ops import computed_once, flex_inputs
 from relpos_core.pieces.base import ALL_BACKENDS, Alloc, Piece
 from relpos_core.pieces.vectors import RowIndex
 
@@ -74,18 +75,19 @@ class _OffsetScalar(_Scalar):
         if form == "naive":
             return self.values(pos.offsets(), dtype).unsqueeze(0)  # (1, H, Lq, Lk)
         offsets = torch.arange(pos.min_offset, pos.max_offset + 1, device=pos.query.device)  # (R_off,)
-        per_offset = self.values(offsets, dtype)  # (H, R_off)
+        per_offset = computed_once(self.values(offsets, dtype))  # (H, R_off): once per offset, compiled too
         cols = pos.offsets().sub_(pos.min_offset).reshape(-1)  # (Lq Lk,) int64: column of each pair's offset
         return per_offset.index_select(1, cols).view(1, -1, pos.query_len, pos.key_len)  # (1, H, Lq, Lk)
 
     def score_mod(self, form, q, k, pos):
         if form == "naive":  # evaluated per pair, read per pair
             Lk = pos.key_len
-            vals = self.values(pos.offsets(), F32).reshape(self.num_heads, -1).contiguous()  # (H, Lq Lk)
+            vals = flex_inputs(self.values(pos.offsets(), F32).reshape(self.num_heads, -1).contiguous())  # (H, Lq Lk)
             return lambda b, h, qi, ki, off: vals[h, qi * Lk + ki]
         lo = torch.tensor(pos.min_offset, device=pos.query.device)  # 0-d
         offsets = torch.arange(pos.min_offset, pos.max_offset + 1, device=pos.query.device)  # (R_off,)
         vals = self.values(offsets, F32).contiguous()  # (H, R_off) fp32
+        vals, lo = flex_inputs(vals, lo)  # under torch.compile on CPU: buffers of their own (compile_ops)
         return lambda b, h, qi, ki, off: vals[h, off - lo]
 
     def allocations(self, form, backend, s):
@@ -136,8 +138,7 @@ class ScalarTable(_OffsetScalar):
 
     def score_mod(self, form, q, k, pos):
         if form == "naive":  # the [Lq, Lk] bucket-id tensor, read per pair
-            ids = self.ids(pos.offsets())  # (Lq, Lk)
-            table = self.table.float().contiguous()  # (H, n)
+            ids, table = flex_inputs(self.ids(pos.offsets()), self.table.float().contiguous())  # (Lq, Lk), (H, n)
             return lambda b, h, qi, ki, off: table[h, ids[qi, ki]]
         return super().score_mod(form, q, k, pos)
 
@@ -206,9 +207,9 @@ class ScalarSlopes(_OffsetScalar):
         return (slopes * dist).unsqueeze(0)  # (1, H, Lq, Lk)
 
     def score_mod(self, form, q, k, pos):
-        slopes = self.slopes.float().contiguous()  # (H,)
+        slopes = flex_inputs(self.slopes.float().contiguous())  # (H,)
         if form == "naive":
-            per_pair = pos.offsets()  # (Lq, Lk) int64, read per pair
+            per_pair = flex_inputs(pos.offsets())  # (Lq, Lk) int64, read per pair
             if self.symmetric:
                 return lambda b, h, qi, ki, off: -slopes[h] * per_pair[qi, ki].abs()
             return lambda b, h, qi, ki, off: slopes[h] * per_pair[qi, ki]
@@ -324,7 +325,7 @@ class PairScalar(_Scalar):
 
     def score_mod(self, form, q, k, pos):
         Lk = pos.key_len
-        vals = self.pair_values(pos.query, pos.key, F32).reshape(self.num_heads, -1)  # (H, Lq Lk)
+        vals = flex_inputs(self.pair_values(pos.query, pos.key, F32).reshape(self.num_heads, -1))  # (H, Lq Lk)
         return lambda b, h, qi, ki, off: vals[h, qi * Lk + ki]
 
     def allocations(self, form, backend, s):

@@ -22,6 +22,7 @@ from typing import Callable, ClassVar
 import torch
 
 from relpos_core._validate import check_int, check_tensor
+from relpos_core.compile_ops import flex_inputs
 from relpos_core.pieces.base import ALL_BACKENDS, DENSE_BACKENDS, Alloc, Piece, Sizes
 
 __all__ = ["RowIndex", "no_work", "clipped_rows", "check_row_table", "embed_pairs", "pair_logits",
@@ -254,15 +255,16 @@ class _LogitVectors(_RowVectors):
     def score_mod(self, form, q, k, pos):
         x = self._x(q, k).float()
         B, H, n, _ = x.shape
-        table = per_row_scores(x, self.table.float()).reshape(B * H * n, -1)  # (B H n, R) fp32
+        table = flex_inputs(per_row_scores(x, self.table.float()).reshape(B * H * n, -1))  # (B H n, R) fp32
         query = self.side == "query"
         if form == "naive":
-            rows = self.rows(pos.offsets())  # (Lq, Lk) int64, read per pair
+            rows = flex_inputs(self.rows(pos.offsets()))  # (Lq, Lk) int64, read per pair
             if query:
                 return lambda b, h, qi, ki, off: table[(b * H + h) * n + qi, rows[qi, ki]]
             return lambda b, h, qi, ki, off: table[(b * H + h) * n + ki, rows[qi, ki]]
         lo = torch.tensor(pos.min_offset, device=x.device)  # 0-d
         lut = self.rows(torch.arange(pos.min_offset, pos.max_offset + 1, device=x.device))  # (R_off,)
+        lut, lo = flex_inputs(lut, lo)  # under torch.compile on CPU: buffers of their own (compile_ops)
         if query:
             return lambda b, h, qi, ki, off: table[(b * H + h) * n + qi, lut[off - lo]]
         return lambda b, h, qi, ki, off: table[(b * H + h) * n + ki, lut[off - lo]]
