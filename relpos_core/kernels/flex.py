@@ -24,8 +24,10 @@ Tables a score_mod reads are fp32 whatever the q/k/v dtype (one dtype for every 
 one compiled kernel serves every input dtype), and indexed as 2-D (in torch 2.13 a 4-D
 table indexed with ``clamp`` hits an inductor C++ codegen error on CPU).
 
-Training: FlexAttention has no backward on CPU (torch 2.13 raises "FlexAttention does
-not support backward on CPU"). When gradients are needed on CPU, ``attention`` warns
+Training: FlexAttention has no backward on CPU (from torch 2.11 even the uncompiled call
+raises "FlexAttention does not support backward on CPU"; on 2.9 the uncompiled call runs,
+unfused, and the compiled one fails inside inductor with an IndexError). When gradients
+are needed on CPU, ``attention`` warns
 (``FlexCPUBackwardWarning``) and computes the same attention on the SDPA backend with the
 same form; on CUDA gradients reach the tables through FlexAttention itself.
 """
