@@ -101,8 +101,8 @@ def test_profiler_filter_keeps_the_device_count_line_with_a_gpu(monkeypatch, cap
 
 
 # -- one cycle, no false warning: torch 2.10-2.12 warn on every profile -------------------------------------------
-CYCLE_WARNING = ("Warning: Profiler clears events at the end of each cycle. Only events from the current cycle "
-                 "will be reported. To keep events across cycles, set acc_events=True.")
+CYCLE_WARNING = ("Warning: Profiler clears events at the end of each cycle.Only events from the current cycle "
+                 "will be reported.To keep events across cycles, set acc_events=True.")  # torch 2.11's words
 
 
 def test_every_profile_in_the_library_goes_through_quiet_profile():

@@ -109,7 +109,8 @@ def _version(name):
 
 _record = {"pid": os.getpid(), "cwd": os.getcwd(), "relpos_core": relpos_core.__file__,
            "notebooks": sorted(os.listdir(".")), "stderr": [], "python": sys.version.split()[0],
-           "versions": {n: _version(n) for n in os.environ["RELPOS_REPORTED_PACKAGES"].split(",")}}
+           "versions": {n: _version(n) for n in os.environ["RELPOS_REPORTED_PACKAGES"].split(",")},
+           "started": __import__("time").time()}
 
 
 def _save():
@@ -160,6 +161,7 @@ for _slider in _colab_like_sliders:
         except Exception as _err:
             _colab_like_failures.append(f"{_slider.name} = {_value!r}: {type(_err).__name__}: {_err}")
 _record["sliders"] = len(_colab_like_sliders)
+_record["finished"] = __import__("time").time()
 _save()
 assert not _colab_like_failures, _colab_like_failures
 """
@@ -264,6 +266,10 @@ def main(argv=None) -> int:
         for python_version, versions in seen:
             print(f"colab-like: kernels ran Python {python_version} with "
                   + ", ".join(f"{n} {v}" for n, v in json.loads(versions).items()))
+        for k in kernels:
+            took = f"{k['finished'] - k['started']:.0f} s" if "finished" in k else "did not reach its last cell"
+            print(f"colab-like: {', '.join(k['notebooks'])}: {took}, {k.get('sliders', 0)} live slider(s), "
+                  f"{len(k['stderr'])} stderr write(s)")
         sliders = sum(k.get("sliders", 0) for k in kernels)
         print(f"colab-like: {len(kernels)} kernel(s) checked (relpos_core from the wheel, nothing of the "
               f"repository on sys.path); {sliders} live slider(s) moved to every value after their page ran; "
