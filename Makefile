@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 export RELPOS_CHROMIUM := $(CHROMIUM)
 
-.PHONY: book test unit serve venv check-python check-chromium colab-cells screenshots clean
+.PHONY: book test unit serve venv check-python check-chromium colab-cells colab-versions screenshots clean
 
 # Executing a notebook can hang with the kernel idle (twice in 40 runs of nbclient with
 # ipykernel 7; nbval never hung). Each cell has a timeout (_config.yml: execute.timeout;
@@ -66,6 +66,15 @@ check-chromium:
 	@test -x "$(CHROMIUM)" || { \
 	  echo "error: the browser check needs Chromium, not found at '$(CHROMIUM)'."; \
 	  echo "       On Debian/Ubuntu: sudo apt-get install -y chromium   (or set CHROMIUM=/path/to/chromium)"; exit 1; }
+
+# Every page in a stand-in of Colab's environment (its published versions, Python 3.13, pip 24.1.2),
+# after checking that the set-up cell's install changes none of them: with Colab's torch, then with
+# the oldest torch pyproject.toml accepts. Not part of `make test`: the first run downloads several
+# GB (torch from PyPI is a CUDA build); the venvs are kept in VENVS and reused.
+VENVS ?= $(HOME)/.cache/relpos/colab-venvs
+colab-versions: check-python $(STAMP)
+	$(PY) tools/colab_versions.py --venvs $(VENVS) --torch colab
+	$(PY) tools/colab_versions.py --venvs $(VENVS) --torch floor
 
 # Re-render every chapter's Colab set-up cell from the repository URL in _config.yml.
 colab-cells: $(STAMP)

@@ -149,3 +149,54 @@ def test_library_torch_requirement_stays_loose():
     (ipython,) = [r for r in PYPROJECT["project"]["optional-dependencies"]["book"] if _name(r) == "ipython"]
     assert ipython.strip() == "ipython", ("keep Colab's IPython 7.34.0 (google-colab requires it): [book] must "
                                           "not bound ipython, or the set-up cell's %pip install upgrades it")
+
+
+def _colab_versions():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import colab_versions
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    return colab_versions
+
+
+def test_the_setup_cells_install_keeps_colabs_versions():
+    """Every requirement of ``relpos_core[book]`` holds for Colab's published versions (tools/colab_versions.py)
+    and for the torch floor: a bound that excludes one would make Colab's %pip install replace it."""
+    from packaging.requirements import Requirement
+
+    colab = _colab_versions()
+    requirements = [*PYPROJECT["project"]["dependencies"], *PYPROJECT["project"]["optional-dependencies"]["book"]]
+    for versions in (colab.COLAB, {"torch": colab.torch_floor()}):
+        for text in requirements:
+            requirement = Requirement(text)
+            version = versions.get(_name(requirement.name))
+            if version is not None:
+                assert requirement.specifier.contains(version, prereleases=True), (
+                    f"{text!r} (pyproject.toml) excludes {requirement.name} {version}, which Colab ships: "
+                    "its %pip install would replace it")
+
+
+def test_the_torch_floor_is_the_one_the_readme_states():
+    colab = _colab_versions()
+    floor = colab.torch_floor().rsplit(".0", 1)[0]  # 2.9.0 -> 2.9
+    readme = (ROOT / "README.md").read_text()
+    stated = set(re.findall(r"torch>=(\d+\.\d+)", readme))
+    assert stated == {floor}, f"README states torch>={sorted(stated)}, pyproject.toml torch>={floor}"
+
+
+def test_a_pip_report_names_what_the_install_would_change():
+    """tools/colab_versions.changes: an upgrade of an installed package (IPython 7.34.0 by ``ipython>=8``) or a new
+    package is a change; relpos_core itself is not."""
+    colab = _colab_versions()
+    report = {"version": "1", "install": [
+        {"metadata": {"name": "relpos_core", "version": "0.1.0"}},
+        {"metadata": {"name": "ipython", "version": "9.18.1"}},
+        {"metadata": {"name": "Traitlets", "version": "5.14.3"}},
+        {"metadata": {"name": "ipython-pygments-lexers", "version": "1.1.1"}}]}
+    installed = {"IPython": "7.34.0", "traitlets": "5.7.1", "relpos-core": "0.0.1"}
+    assert colab.changes(report, installed) == ["ipython 7.34.0 -> 9.18.1", "traitlets 5.7.1 -> 5.14.3",
+                                                "ipython-pygments-lexers 1.1.1 (new)"]
+    assert colab.changes({"version": "1", "install": report["install"][:1]}, installed) == []
+    with pytest.raises(ValueError, match="installation report"):
+        colab.changes({"install": []}, installed)

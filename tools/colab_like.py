@@ -26,8 +26,13 @@ so the notebook fails. It also records every line a cell writes to stderr: after
 the script fails if any page wrote one (a reader would see it; the book build turns it
 into an error). ``--python-path DIR`` puts DIR first on the kernel's path, e.g. the
 site-packages of a venv with a CUDA build of torch, to run the pages on that build.
+``--python PYTHON`` runs the kernels with another interpreter and its own packages instead
+of the scratch venv and the pinned ones (a stand-in of Colab's environment built by
+``tools/colab_versions.py``, which must not have relpos_core installed); pytest and nbval
+then come from ``--harness DIR``, a folder put after the wheel on the kernel's path.
 
-Usage: python tools/colab_like.py [-n WORKERS] [--keep] [--python-path DIR] [NOTEBOOK ...]
+Usage: python tools/colab_like.py [-n WORKERS] [--keep] [--python-path DIR]
+                                  [--python PYTHON --harness DIR] [NOTEBOOK ...]
 """
 from __future__ import annotations
 
@@ -45,6 +50,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK_BUILD_ONLY = ("myst_nb", "jupyter_book", "sphinx")
+# The versions each kernel reports (the ones Colab's list names; tools/colab_versions.py).
+REPORTED = ("torch", "transformers", "plotly", "ipywidgets", "ipython", "numpy", "ipykernel", "matplotlib")
 
 STARTUP = r'''
 # Written by tools/colab_like.py: checks that this kernel runs as in Colab.
@@ -90,8 +97,20 @@ import relpos_core  # noqa: E402
 if not _inside(relpos_core.__file__, _site):
     _fail(f"relpos_core comes from {relpos_core.__file__}, not from the wheel installed in {_site}")
 
+import importlib.metadata as _metadata  # noqa: E402
+
+
+def _version(name):
+    try:
+        return _metadata.version(name)
+    except _metadata.PackageNotFoundError:
+        return None
+
+
 _record = {"pid": os.getpid(), "cwd": os.getcwd(), "relpos_core": relpos_core.__file__,
-           "notebooks": sorted(os.listdir(".")), "stderr": []}
+           "notebooks": sorted(os.listdir(".")), "stderr": [], "python": sys.version.split()[0],
+           "versions": {n: _version(n) for n in os.environ["RELPOS_REPORTED_PACKAGES"].split(",")},
+           "started": __import__("time").time()}
 
 
 def _save():
@@ -142,6 +161,7 @@ for _slider in _colab_like_sliders:
         except Exception as _err:
             _colab_like_failures.append(f"{_slider.name} = {_value!r}: {type(_err).__name__}: {_err}")
 _record["sliders"] = len(_colab_like_sliders)
+_record["finished"] = __import__("time").time()
 _save()
 assert not _colab_like_failures, _colab_like_failures
 """
@@ -174,6 +194,10 @@ def main(argv=None) -> int:
     parser.add_argument("-n", "--workers", default="2", help="pytest-xdist workers (default 2)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--python-path", default=None, help="a folder put first on the kernel's path")
+    parser.add_argument("--python", default=None,
+                        help="the kernels' interpreter, with its own packages (default: the pinned ones)")
+    parser.add_argument("--harness", default=None,
+                        help="with --python: a folder holding pytest, nbval and pytest-xdist for it")
     parser.add_argument("--cell-timeout", type=int, default=300, help="seconds per cell (default 300)")
     # A kernel's start runs the start-up check above, which imports relpos_core and torch: on a
     # loaded 2-core machine with a cold disk it took over nbval's default 60 s once (every cell of
@@ -181,6 +205,8 @@ def main(argv=None) -> int:
     parser.add_argument("--startup-timeout", type=int, default=300,
                         help="seconds for a kernel to start (default 300)")
     args = parser.parse_args(argv)
+    if (args.python is None) != (args.harness is None):
+        parser.error("--python and --harness go together (the interpreter and its pytest/nbval folder)")
     notebooks = [Path(p).resolve() for p in args.notebooks] or [ROOT / "intro.ipynb",
                                                                  *sorted((ROOT / "chapters").glob("*.ipynb"))]
     started = time.perf_counter()
@@ -190,8 +216,14 @@ def main(argv=None) -> int:
         site = scratch / "site"
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                         "--disable-pip-version-check", "--target", str(site), str(wheel)], check=True)
-        venv.EnvBuilder(with_pip=False, clear=True).create(scratch / "venv")
-        python = scratch / "venv" / "bin" / "python"
+        if args.python:  # a stand-in environment: its own interpreter and packages
+            python = Path(args.python).absolute()
+            pinned = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                    check=True, capture_output=True, text=True).stdout.strip()
+        else:  # a scratch venv that sees the project venv's packages through PYTHONPATH
+            venv.EnvBuilder(with_pip=False, clear=True).create(scratch / "venv")
+            python = scratch / "venv" / "bin" / "python"
+            pinned = sysconfig.get_paths()["purelib"]  # the project venv's packages
         run = scratch / "run"
         for nb in notebooks:
             folder = run / nb.stem
@@ -202,17 +234,17 @@ def main(argv=None) -> int:
         (startup / "00-colab-like.py").write_text(STARTUP)
         log = scratch / "kernels"
         log.mkdir()
-        pinned = sysconfig.get_paths()["purelib"]  # the project venv's packages
-        path = [str(site), pinned] + ([str(Path(args.python_path).resolve())] if args.python_path else [])
+        path = [str(site)] + ([str(Path(args.harness).resolve())] if args.harness else [pinned])
         if args.python_path:
-            path = [path[2], path[0], path[1]]
+            path.insert(0, str(Path(args.python_path).resolve()))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "JUPYTER"))}
         env.update(PYTHONPATH=os.pathsep.join(path), PYTHONNOUSERSITE="1", IPYTHONDIR=str(scratch / "ipython"),
                    RELPOS_REPO_ROOT=str(ROOT), RELPOS_WHEEL_SITE=str(site), RELPOS_COLAB_LOG=str(log),
                    RELPOS_PINNED_PACKAGES=pinned,
-                   RELPOS_HIDDEN_MODULES=",".join(BOOK_BUILD_ONLY), HF_HUB_OFFLINE="1",
+                   RELPOS_HIDDEN_MODULES=",".join(BOOK_BUILD_ONLY), RELPOS_REPORTED_PACKAGES=",".join(REPORTED),
+                   HF_HUB_OFFLINE="1",
                    TRANSFORMERS_OFFLINE="1", MPLBACKEND="Agg",
-                   PATH=f"{scratch / 'venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+                   PATH=f"{python.parent}{os.pathsep}{env.get('PATH', '')}")
         print(f"colab-like: {wheel.name} in {site}; {len(notebooks)} notebook(s), each alone in a folder "
               f"under {run}", flush=True)
         command = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval-lax",
@@ -230,6 +262,14 @@ def main(argv=None) -> int:
             if k["stderr"]:
                 print(f"colab-like: {k['notebooks']} wrote to stderr:\n" + "".join(k["stderr"]), file=sys.stderr)
                 status = status or 1
+        seen = sorted({(k["python"], json.dumps(k["versions"], sort_keys=True)) for k in kernels})
+        for python_version, versions in seen:
+            print(f"colab-like: kernels ran Python {python_version} with "
+                  + ", ".join(f"{n} {v}" for n, v in json.loads(versions).items()))
+        for k in kernels:
+            took = f"{k['finished'] - k['started']:.0f} s" if "finished" in k else "did not reach its last cell"
+            print(f"colab-like: {', '.join(k['notebooks'])}: {took}, {k.get('sliders', 0)} live slider(s), "
+                  f"{len(k['stderr'])} stderr write(s)")
         sliders = sum(k.get("sliders", 0) for k in kernels)
         print(f"colab-like: {len(kernels)} kernel(s) checked (relpos_core from the wheel, nothing of the "
               f"repository on sys.path); {sliders} live slider(s) moved to every value after their page ran; "

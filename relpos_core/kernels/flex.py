@@ -28,11 +28,12 @@ CPU, every tensor a score_mod or mask_mod reads, and q and k when a rotation or 
 changed them, pass through ``relpos_core.compile_ops.flex_inputs``, an opaque copy: the CPU
 template takes no input computed inside the same graph.
 
-Training: FlexAttention has no backward on CPU (torch 2.13 raises "FlexAttention does
-not support backward on CPU"). When gradients are needed on CPU, ``attention`` warns
-(``FlexCPUBackwardWarning``; under ``torch.compile`` once, when the call is traced) and
-computes the same attention on the SDPA backend with the same form; on CUDA gradients reach
-the tables through FlexAttention itself.
+Training: FlexAttention has no backward on CPU (from torch 2.11 even the uncompiled call
+raises "FlexAttention does not support backward on CPU"; on 2.9 the uncompiled call runs,
+unfused, and the compiled one fails inside inductor with an IndexError). When gradients
+are needed on CPU, ``attention`` warns (``FlexCPUBackwardWarning``; under ``torch.compile``
+once, when the call is traced) and computes the same attention on the SDPA backend with the
+same form; on CUDA gradients reach the tables through FlexAttention itself.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from relpos_core.kernels import sdpa_backends
 from relpos_core.kernels.sdpa_backends import (BACKEND_OPS, SDPA_BACKENDS, SdpaBackendError, active_forced_backend,
                                                available_sdpa_backends, check_backend_supports, force_sdpa_backend)
-from relpos_core.measure._profiler import without_profiler_chatter
+from relpos_core.measure._profiler import quiet_profile
 
 __all__ = [*sdpa_backends.__all__, "detect_sdpa_backend"]
 
@@ -24,10 +24,9 @@ def detect_sdpa_backend(fn, *args, **kwargs) -> tuple[object, str]:
     """
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
-    activities = [ProfilerActivity.CPU]
-    with without_profiler_chatter(), profile(activities=activities) as prof:
+    with quiet_profile(activities=[ProfilerActivity.CPU]) as prof:
         out = fn(*args, **kwargs)
     found: list[str] = []
     for e in prof.events():

@@ -18,16 +18,16 @@ import gc
 
 import torch
 
-from relpos_core.measure._profiler import without_profiler_chatter
+from relpos_core.measure._profiler import quiet_profile
 from relpos_core.measure.timing import infer_device
 
 __all__ = ["measure_peak_memory"]
 
 
 def _cpu_peak(fn, args, kwargs) -> int:
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
-    with without_profiler_chatter(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn(*args, **kwargs)
         del out
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 
 from relpos_core.kernels.sdpa_backends import BACKEND_OPS
-from relpos_core.measure._profiler import without_profiler_chatter
+from relpos_core.measure._profiler import quiet_profile
 
 __all__ = ["batched_cpu_profile"]
 
@@ -30,12 +30,12 @@ def batched_cpu_profile(fns: list) -> list[tuple[int, str]]:
     (``rp.measure.backends.BACKEND_OPS``; "none" when none ran). ``tests/test_bench.py``
     checks both against the library's functions.
     """
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, record_function
 
     enabled = gc.isenabled()
     gc.disable()
     try:
-        with without_profiler_chatter(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with quiet_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             for i, fn in enumerate(fns):
                 with record_function(f"relpos_bench_call_{i}"):
                     out = fn()
