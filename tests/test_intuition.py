@@ -28,7 +28,7 @@ def test_rope_slider_prints_the_score_of_each_frame():
     fig = intuition.rope_angle_slider(pairs).static_figure()
     titles = [frame.layout.title.text for frame in fig.frames]
     scores = intuition.rope_pair_scores(pairs)
-    assert [t.split(": angle")[0] for t in titles] == [f"m = {m}, n = {n}" for m, n in pairs]
+    assert [t.split(": angle")[0] for t in titles] == [f"i = {m}, j = {n}" for m, n in pairs]
     assert [t.split(", q·k = ")[1] for t in titles] == [f"{s:.3f}" for s in scores]
     assert titles[0].split("= ")[-1] == titles[1].split("= ")[-1] != titles[2].split("= ")[-1]
     assert fig.layout.height <= MAX_HEIGHT
