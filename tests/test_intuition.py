@@ -82,3 +82,16 @@ def test_clock_slider_marks_hands_that_leave_their_arc():
     assert ["off its arc" in t for t in notes[2]] == [False, False, True, True]
     with pytest.raises(ValueError, match="pairs must hold 1 to 4"):
         intuition.clock_hands_slider(pairs=(0, 1, 2, 3, 4))
+
+
+def test_the_skew_strip_has_a_phone_layout_that_keeps_it_legible():
+    fig = intuition._skew_figure("row 1", 4, height=380)
+    narrow = fig.layout.meta["relpos"]["narrow"]
+    assert narrow["below"] == intuition.SKEW_NARROW_BELOW
+    wide_notes, notes = fig.layout.annotations, narrow["layout"]["annotations"]
+    index = [a for a in notes if a["y"] == -0.35]  # the flat index under the strip
+    assert [a["text"] for a in index] == [str(c) for c in range(0, 20, 2)]  # every other cell
+    assert len(notes) == len(wide_notes) - 10 and all(a["font"]["size"] <= 10 for a in notes)
+    assert narrow["layout"]["height"] > fig.layout.height
+    patched = {k for t in narrow["data"] for k in t}
+    assert {"textfont", "marker"} <= patched  # numbers and outlines shrink with the cells

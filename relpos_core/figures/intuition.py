@@ -31,7 +31,7 @@ from typing import Sequence
 import torch
 
 from .._validate import check_int, check_positive_int
-from ._plotly import plotly_modules
+from ._plotly import attach_narrow, plotly_modules
 from .slider import slider
 from .style import NEUTRAL, SERIES_COLORS
 
@@ -250,7 +250,31 @@ def _skew_figure(step: str, L: int, *, height: int):
     # side margins: the slider's first and last labels ("1 pad", "row 3") stay inside
     fig.update_layout(title=dict(text=titles[s], x=0.5, xanchor="center", y=0.97,
                                  font=dict(size=14)), margin=dict(l=30, r=30, t=40, b=4))
-    return fig
+    return attach_narrow(fig, _skew_narrow(fig, size), below=SKEW_NARROW_BELOW)
+
+
+#: below this container width the strip's cells are under 24 px wide
+SKEW_NARROW_BELOW = 560
+
+
+def _skew_narrow(fig, size: int):
+    """The phone layout of a skew step: the strip's cells are about 16 px wide at 390 px,
+    so its numbers, outlines and labels shrink with them, the flat index is written under
+    every other cell, the side margins narrow (the slider labels still fit) and the figure grows to keep the grid legible."""
+    go, _ = plotly_modules()
+    narrow = go.Figure(fig)
+    narrow.update_traces(textfont_size=9, selector=dict(mode="text"))
+    narrow.update_traces(marker=dict(size=12, line=dict(width=2)), selector=dict(mode="markers"))
+    notes = []
+    for note in fig.layout.annotations:
+        flat_index = note.y == -0.35
+        if flat_index and int(note.text) % 2:
+            continue
+        notes.append(go.layout.Annotation(note).update(font_size=8 if flat_index else 10))
+    narrow.layout.annotations = notes  # replaced, not merged by index
+    narrow.update_layout(margin=dict(l=20, r=20, t=40, b=4),
+                         height=int(fig.layout.height * 1.1))
+    return narrow
 
 
 def skew_read_slider(L: int = 4, *, height: int = 380, initial=None):
