@@ -159,10 +159,13 @@ LEGEND_JS = """
       var tall = legend.getBoundingClientRect().height;
       want = Math.max(base, Math.ceil(base + tall / %s - plotAtBase));
     }
-    if (Math.abs(want - full.height) < 4) { return; }
+    if (Math.abs(want - full.height) < 4) { gd._relposLegendTries = 0; return; }
+    // the legend pushes the top margin too, so one step may fall short: a few more
+    // steps (afterplot fires inside the relayout, while the lock is held)
+    if ((gd._relposLegendTries = (gd._relposLegendTries || 0) + 1) > 5) { return; }
     gd._relposFitting = true;
     gd.style.height = want + "px";
-    Plotly.relayout(gd, {height: want}).then(function () { gd._relposFitting = false; },
+    Plotly.relayout(gd, {height: want}).then(function () { gd._relposFitting = false; fitLegend(gd); },
                                              function () { gd._relposFitting = false; });
   }""" % (LEGEND_NARROW_BELOW, LEGEND_SHARE)
 
