@@ -160,11 +160,13 @@ def entry_points_html(entries: Mapping[str, Sequence[str]] | None = None) -> Htm
     unknown = {s for stages in entries.values() for s in stages} - set(keys)
     if unknown:
         raise ValueError(f"entries name stages that do not exist: {sorted(unknown)}; stages are {keys}")
-    arrow = f'<div style="margin:0.1em 0 0.1em 5.5em;color:{GREY}" aria-hidden="true">&#8595;</div>'
+    # the arrow under the middle of a stage's box (14 em at the diagram's font size)
+    arrow = f'<div style="margin:0.1em 0 0.1em 6.2em;color:{GREY}" aria-hidden="true">&#8595;</div>'
     stages = [_html_stage(title, detail, [s for s, st in entries.items() if key in st])
               for key, title, detail in STAGES]
+    # left-aligned: a book figure centres its content, which would move the arrows
     return HtmlFigure('<div class="relpos-entry-points" style="font-size:0.9em;line-height:1.35;'
-                      'margin:0.5em 0">' + arrow.join(stages) + "</div>")
+                      'margin:0.5em 0;text-align:left">' + arrow.join(stages) + "</div>")
 
 
 def entry_points_figure(entries: Mapping[str, Sequence[str]] | None = None, *, height: int = 440):
