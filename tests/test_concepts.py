@@ -24,6 +24,24 @@ def test_entry_points_come_from_the_position_terms():
         concepts.entry_points_figure({"rope": ["nowhere"]})
 
 
+
+def test_entry_points_html_draws_the_same_places_without_a_script():
+    import re
+
+    entries = concepts.position_entry_points()
+    html = concepts.entry_points_html(entries)
+    assert html._repr_html_() == str(html) and "<script" not in html  # the landing page loads no plotly.js
+    titles = [title for _, title, _ in concepts.STAGES]
+    assert [html.index(t) for t in titles] == sorted(html.index(t) for t in titles)  # data-flow order
+    stage_blocks = html.split("&#8595;")  # one block per stage, the arrows between
+    assert len(stage_blocks) == len(concepts.STAGES)
+    for (key, _, _), block in zip(concepts.STAGES, stage_blocks):
+        chips = re.findall(r'style="background:(#[0-9a-f]{6});[^"]*" data-scheme="([a-z_0-9]+)"', block)
+        assert {s for _, s in chips} == {s for s, st in entries.items() if key in st}
+        assert all(colour == rp.figures.style.scheme_color(s) for colour, s in chips)  # each in its colour
+    with pytest.raises(ValueError, match="stages that do not exist"):
+        concepts.entry_points_html({"rope": ["nowhere"]})
+
 def test_memory_reach_grows_by_a_segment_per_layer():
     reach = concepts.memory_reach(num_layers=3, segment=4, memory=4, segments=4)
     T = reach.shape[1]

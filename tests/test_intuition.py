@@ -28,7 +28,7 @@ def test_rope_slider_prints_the_score_of_each_frame():
     fig = intuition.rope_angle_slider(pairs).static_figure()
     titles = [frame.layout.title.text for frame in fig.frames]
     scores = intuition.rope_pair_scores(pairs)
-    assert [t.split(": angle")[0] for t in titles] == [f"m = {m}, n = {n}" for m, n in pairs]
+    assert [t.split(": angle")[0] for t in titles] == [f"i = {m}, j = {n}" for m, n in pairs]
     assert [t.split(", q·k = ")[1] for t in titles] == [f"{s:.3f}" for s in scores]
     assert titles[0].split("= ")[-1] == titles[1].split("= ")[-1] != titles[2].split("= ")[-1]
     assert fig.layout.height <= MAX_HEIGHT
@@ -82,3 +82,16 @@ def test_clock_slider_marks_hands_that_leave_their_arc():
     assert ["off its arc" in t for t in notes[2]] == [False, False, True, True]
     with pytest.raises(ValueError, match="pairs must hold 1 to 4"):
         intuition.clock_hands_slider(pairs=(0, 1, 2, 3, 4))
+
+
+def test_the_skew_strip_has_a_phone_layout_that_keeps_it_legible():
+    fig = intuition._skew_figure("row 1", 4, height=380)
+    narrow = fig.layout.meta["relpos"]["narrow"]
+    assert narrow["below"] == intuition.SKEW_NARROW_BELOW
+    wide_notes, notes = fig.layout.annotations, narrow["layout"]["annotations"]
+    index = [a for a in notes if a["y"] == -0.35]  # the flat index under the strip
+    assert [a["text"] for a in index] == [str(c) for c in range(0, 20, 2)]  # every other cell
+    assert len(notes) == len(wide_notes) - 10 and all(a["font"]["size"] <= 10 for a in notes)
+    assert narrow["layout"]["height"] > fig.layout.height
+    patched = {k for t in narrow["data"] for k in t}
+    assert {"textfont", "marker"} <= patched  # numbers and outlines shrink with the cells

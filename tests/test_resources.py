@@ -54,6 +54,19 @@ def test_readers_use_the_shipped_files():
     assert rp.resources.names("bench-*.json") == ["bench-cpu-repeat.json", "bench-cpu.json"]
 
 
+def test_every_recorded_thread_count_agrees_with_the_run_it_describes():
+    """A data file that records the thread count its preset set (provenance.sizes.threads)
+    and the one it ran on (provenance.threads) says the same in both (kv_scale_cpu.json
+    once said 2 for a 1-thread run: read after the caller's count was restored)."""
+    for name in sorted(CHAPTER_DATA):
+        if not name.endswith(".json"):
+            continue
+        prov = rp.resources.load_json(name).get("provenance", {})
+        preset = (prov.get("sizes") or {}).get("threads")
+        if preset is not None and "threads" in prov:
+            assert prov["threads"] == preset, f"{name}: provenance.threads {prov['threads']} for a {preset}-thread preset"
+
+
 def test_unknown_names_are_refused_with_the_list():
     with pytest.raises(ValueError, match=r"name must be one of .*bench-cpu\.json"):
         rp.resources.path("bench-gpu.json")

@@ -119,6 +119,7 @@ def figure_js() -> str:
     define it from this text, so they draw alike."""
     return f"""  function relposFigure(spec, id, themes) {{
 {FIT_JS}
+{LEGEND_JS}
 {LAYOUT_JS}
   function draw() {{
     var div = document.getElementById(id);
@@ -128,8 +129,9 @@ def figure_js() -> str:
     div.style.height = (layout.height || 450) + "px";
     var config = Object.assign({{responsive: true, displaylogo: false, displayModeBar: false}}, spec.config || {{}});
     return Plotly.newPlot(div, base.data, layout, config).then(function (gd) {{
-      gd.on("plotly_afterplot", function () {{ fit(gd); }});
+      gd.on("plotly_afterplot", function () {{ fit(gd); fitLegend(gd); }});
       fit(gd);
+      fitLegend(gd);
       if (spec.frames && spec.frames.length) {{
         return Plotly.addFrames(gd, spec.frames.map(function (f) {{ return variant(f, narrow); }}));
       }}
@@ -137,6 +139,35 @@ def figure_js() -> str:
   }}
   return function start() {{ return draw().then(follow); }};
   }}"""
+
+
+# On a phone a legend wraps onto more rows and, the figure's height being fixed, takes the
+# plot's room: in a container narrower than LEGEND_NARROW_BELOW px the figure grows until
+# its legend is at most LEGEND_SHARE of the plot's height (and back to its own height when
+# the legend is short again). Every figure of the book gets this, sliders included; it
+# relayouts only when the height it wants differs, so it settles.
+LEGEND_SHARE = 0.45
+LEGEND_NARROW_BELOW = 600
+LEGEND_JS = """
+  function fitLegend(gd) {
+    var full = gd._fullLayout, legend = gd.querySelector(".legend");
+    if (!full || !full._size || !legend || gd._relposFitting) { return; }
+    var base = gd._relposBaseHeight || (gd._relposBaseHeight = full.height);
+    var want = base;
+    if (gd.clientWidth < %d) {
+      var plotAtBase = full._size.h - (full.height - base);
+      var tall = legend.getBoundingClientRect().height;
+      want = Math.max(base, Math.ceil(base + tall / %s - plotAtBase));
+    }
+    if (Math.abs(want - full.height) < 4) { gd._relposLegendTries = 0; return; }
+    // the legend pushes the top margin too, so one step may fall short: a few more
+    // steps (afterplot fires inside the relayout, while the lock is held)
+    if ((gd._relposLegendTries = (gd._relposLegendTries || 0) + 1) > 5) { return; }
+    gd._relposFitting = true;
+    gd.style.height = want + "px";
+    Plotly.relayout(gd, {height: want}).then(function () { gd._relposFitting = false; fitLegend(gd); },
+                                             function () { gd._relposFitting = false; });
+  }""" % (LEGEND_NARROW_BELOW, LEGEND_SHARE)
 
 
 # The figure's layout for its width and for the page's colour mode. ``variant`` merges a

@@ -10,6 +10,8 @@ column and still readable on a phone: panels are narrow enough to stand side by 
 
 * :func:`position_entry_points`: where each scheme puts its position signal into one
   attention layer, read from the schemes' position terms (``rp.registry``);
+  :func:`entry_points_html` draws it as plain HTML boxes that wrap on a phone (the landing
+  page: no plotly.js to load), :func:`entry_points_figure` as a plotly figure;
 * :func:`rope_rotation`: one RoPE pair in the plane, turned at two pairs of positions
   with the same offset (``rp.schemes.rope.apply_rope``);
 * :func:`skew_steps`: the Music Transformer's skew, step by step, on labelled entries
@@ -35,7 +37,7 @@ from relpos_core import schemes
 from .._validate import check_int, check_positive_int
 from ._plotly import plotly_modules
 
-__all__ = ["STAGES", "position_entry_points", "entry_points_figure", "rope_rotation", "skew_steps",
+__all__ = ["STAGES", "position_entry_points", "entry_points_html", "entry_points_figure", "rope_rotation", "skew_steps",
            "memory_reach", "memory_reach_figure", "emd_flow"]
 
 FONT = dict(size=12)  # the colour comes from the book's theme (light or dark mode)
@@ -47,7 +49,7 @@ INK = "#222222"  # text on a light fill
 #: the places in one attention layer where a position signal can enter, in data-flow
 #: order: (key, what happens there, what the position adds)
 STAGES = (
-    ("input", "input: x + p", "p: a vector per position"),
+    ("input", "input: x + P", "P: a vector per position"),
     ("rotary", "rotate q and k", "the angle grows with position"),
     ("vector", "logit: q·k + q·a", "a: a vector per offset"),
     ("scalar", "logit: q·k + b", "b: a scalar per offset"),
@@ -120,6 +122,51 @@ def position_entry_points() -> dict[str, list[str]]:
             continue
         entries[scheme] = list(registry.stages(scheme))  # in order, once each
     return entries
+
+
+class HtmlFigure(str):
+    """Markup that Jupyter, Colab and the book show as HTML (``_repr_html_``): a figure
+    that needs no script, so a page that shows only such figures loads no plotly.js."""
+
+    def _repr_html_(self) -> str:
+        return str(self)
+
+
+def _html_stage(title: str, detail: str, here: Sequence[str]) -> str:
+    """One stage: its box, and a chip in each entering scheme's colour beside it (the
+    chips wrap below the box when the column is narrow)."""
+    from html import escape
+
+    chips = "".join(
+        f'<span style="background:{_colour(s)};color:{_text_colour(_colour(s))};'
+        f'border-radius:4px;padding:0.15em 0.5em;white-space:nowrap" data-scheme="{s}">'
+        f"{escape(LABELS.get(s, s))}</span>" for s in here)
+    box = (f'<div style="flex:0 1 14em;min-width:11em;background:{PANEL};border:1px solid {GREY};'
+           f'border-radius:4px;padding:0.3em 0.6em"><b>{escape(title)}</b><br>'
+           f'<span style="font-size:0.85em">{escape(detail)}</span></div>')
+    return (f'<div style="display:flex;flex-wrap:wrap;align-items:center;gap:0.4em 0.8em">{box}'
+            f'<div style="flex:1 1 12em;display:flex;flex-wrap:wrap;gap:0.3em">{chips}</div></div>')
+
+
+def entry_points_html(entries: Mapping[str, Sequence[str]] | None = None) -> HtmlFigure:
+    """Where each scheme puts position into one attention layer, as HTML: the stages of
+    :data:`STAGES` top to bottom in data-flow order, an arrow between them, and beside
+    each stage a chip in the scheme's colour for every scheme whose signal enters there
+    (``entries``, default :func:`position_entry_points`). The same content as
+    :func:`entry_points_figure`, drawn without a script: the text keeps its size at any
+    width and the chips wrap under their stage on a phone."""
+    entries = position_entry_points() if entries is None else {k: list(v) for k, v in entries.items()}
+    keys = [key for key, _, _ in STAGES]
+    unknown = {s for stages in entries.values() for s in stages} - set(keys)
+    if unknown:
+        raise ValueError(f"entries name stages that do not exist: {sorted(unknown)}; stages are {keys}")
+    # the arrow under the middle of a stage's box (14 em at the diagram's font size)
+    arrow = f'<div style="margin:0.1em 0 0.1em 6.2em;color:{GREY}" aria-hidden="true">&#8595;</div>'
+    stages = [_html_stage(title, detail, [s for s, st in entries.items() if key in st])
+              for key, title, detail in STAGES]
+    # left-aligned: a book figure centres its content, which would move the arrows
+    return HtmlFigure('<div class="relpos-entry-points" style="font-size:0.9em;line-height:1.35;'
+                      'margin:0.5em 0;text-align:left">' + arrow.join(stages) + "</div>")
 
 
 def entry_points_figure(entries: Mapping[str, Sequence[str]] | None = None, *, height: int = 440):

@@ -2,23 +2,25 @@
 the static book (``rp.figures.slider``).
 
 Book: chapters/02_shaw_and_skew.ipynb (the skew's read of flat memory),
-chapters/06_rope_and_alibi.ipynb (two RoPE vectors at positions m and n) and
+chapters/06_rope_and_alibi.ipynb (two RoPE vectors at positions i and j) and
 chapters/06b_rope_context_extension.ipynb (one clock hand per rotary pair).
 
 * :func:`rope_pair_scores` / :func:`rope_angle_slider`: one RoPE pair (head size 2, one
-  radian per position) rotated at query position m and key position n
-  (``rp.schemes.rope.apply_rope``); the score depends on n - m only
+  radian per position) rotated at query position i and key position j
+  (``rp.schemes.rope.apply_rope``); the score depends on j - i only
   (``key_minus_query``);
 * :func:`skew_reads` / :func:`skew_read_slider`: which cells of the padded (L, L + 1)
   buffer, read as one strip of flat memory, become each row of the Music Transformer's
   skew (``rp.kernels.skew.skew``); entries are labelled by the distance ``j - i``
   (``key_minus_query``);
-* :func:`clock_turns` / :func:`clock_hands_slider`: the angle m θ_k of a few rotary
+* :func:`clock_turns` / :func:`clock_hands_slider`: the angle i θ_p of a few rotary
   pairs as clock hands, against the arc each pair turned through in training
   (``rp.kernels.rope_scaling.default_inverse_frequencies``).
 
 Every slider takes one parameter (``rp.figures.slider`` has one control): the RoPE figure
-moves both positions at once by sliding over a list of (m, n) pairs.
+moves both positions at once by sliding over a list of (i, j) pairs. The figures use the
+book's letters (chapters/notation.md: i, j the query and key positions, p the pair, θ_p
+its frequency); the parameters keep their names (``m``, ``n``, ``k``).
 plotly is imported on first use (``relpos_core.figures._plotly``).
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Sequence
 import torch
 
 from .._validate import check_int, check_positive_int
-from ._plotly import plotly_modules
+from ._plotly import attach_narrow, plotly_modules
 from .slider import slider
 from .style import NEUTRAL, SERIES_COLORS
 
@@ -110,8 +112,8 @@ def _rope_angle_figure(m: int, n: int, *, q_angle: float, k_angle: float, height
                              mode="lines", line=dict(color=GREY, width=2), hoverinfo="skip"))
     # labels beyond the tips, spread apart when the arrows are close
     spread = max(0.0, 0.7 - abs(gap)) / 2 * (1 if gap >= 0 else -1)
-    for vec, label, colour, nudge in ((qm, f"q at m = {m}", SERIES_COLORS[0], -spread),
-                                      (kn, f"k at n = {n}", SERIES_COLORS[1], spread)):
+    for vec, label, colour, nudge in ((qm, f"q at i = {m}", SERIES_COLORS[0], -spread),
+                                      (kn, f"k at j = {n}", SERIES_COLORS[1], spread)):
         x, y = float(vec[0]), float(vec[1])
         fig.add_trace(go.Scatter(name=f"rotation: {label.split()[0]}", x=_r([0, x]), y=_r([0, y]),
                                  mode="lines+markers",
@@ -122,7 +124,7 @@ def _rope_angle_figure(m: int, n: int, *, q_angle: float, k_angle: float, height
                            text=label, font=dict(size=13, color=colour))
     _blank(fig, height=height, x_range=(-1.75, 1.75), y_range=(-1.35, 1.35), square=True)
     angle = f"{math.degrees(abs(gap)):.0f}°"
-    fig.update_layout(title=dict(text=f"m = {m}, n = {n}: angle {angle}, q·k = {score:.3f}", x=0.5,
+    fig.update_layout(title=dict(text=f"i = {m}, j = {n}: angle {angle}, q·k = {score:.3f}", x=0.5,
                                  xanchor="center", y=0.97, font=dict(size=14)),
                       margin=dict(l=4, r=4, t=40, b=4))
     return fig
@@ -139,7 +141,7 @@ def rope_angle_slider(pairs: Sequence[tuple[int, int]], *, q_angle: float = 0.3,
     check_positive_int("height", height, max_value=600)
     return slider(lambda mn: _rope_angle_figure(*mn, q_angle=q_angle, k_angle=k_angle,
                                                 height=height),
-                  pairs, name="(m, n)", initial=initial)
+                  pairs, name="(i, j)", initial=initial)
 
 
 # -------------------------------------------------------------------- 02_shaw_and_skew
@@ -248,7 +250,31 @@ def _skew_figure(step: str, L: int, *, height: int):
     # side margins: the slider's first and last labels ("1 pad", "row 3") stay inside
     fig.update_layout(title=dict(text=titles[s], x=0.5, xanchor="center", y=0.97,
                                  font=dict(size=14)), margin=dict(l=30, r=30, t=40, b=4))
-    return fig
+    return attach_narrow(fig, _skew_narrow(fig, size), below=SKEW_NARROW_BELOW)
+
+
+#: below this container width the strip's cells are under 24 px wide
+SKEW_NARROW_BELOW = 560
+
+
+def _skew_narrow(fig, size: int):
+    """The phone layout of a skew step: the strip's cells are about 16 px wide at 390 px,
+    so its numbers, outlines and labels shrink with them, the flat index is written under
+    every other cell, the side margins narrow (the slider labels still fit) and the figure grows to keep the grid legible."""
+    go, _ = plotly_modules()
+    narrow = go.Figure(fig)
+    narrow.update_traces(textfont_size=9, selector=dict(mode="text"))
+    narrow.update_traces(marker=dict(size=12, line=dict(width=2)), selector=dict(mode="markers"))
+    notes = []
+    for note in fig.layout.annotations:
+        flat_index = note.y == -0.35
+        if flat_index and int(note.text) % 2:
+            continue
+        notes.append(go.layout.Annotation(note).update(font_size=8 if flat_index else 10))
+    narrow.layout.annotations = notes  # replaced, not merged by index
+    narrow.update_layout(margin=dict(l=20, r=20, t=40, b=4),
+                         height=int(fig.layout.height * 1.1))
+    return narrow
 
 
 def skew_read_slider(L: int = 4, *, height: int = 380, initial=None):
@@ -325,7 +351,7 @@ def _clock_figure(m: int, pairs, *, head_dim: int, base: float, train_length: in
     _blank(fig, height=height, x_range=(-1.35, (columns - 1) * 2.7 + 1.35),
            y_range=(-(rows - 1) * 3.1 - 1.8, 1.75), square=True)
     times = "L − 1" if m == train_length - 1 else f"{m / train_length:.2g} L"
-    fig.update_layout(title=dict(text=f"position m = {m:,} ({times})", x=0.5,
+    fig.update_layout(title=dict(text=f"position i = {m:,} ({times})", x=0.5,
                                  xanchor="center", y=0.98, font=dict(size=14)),
                       margin=dict(l=30, r=40, t=36, b=4))  # room for the slider's end labels
     return fig
@@ -348,4 +374,4 @@ def clock_hands_slider(pairs: Sequence[int] = (0, 32, 48, 63),
     clock_turns(positions, pairs, head_dim=head_dim, base=base)  # validates the rest
     return slider(lambda m: _clock_figure(m, pairs, head_dim=head_dim, base=base,
                                           train_length=train_length, height=height),
-                  list(positions), name="m", initial=initial)
+                  list(positions), name="i", initial=initial)
