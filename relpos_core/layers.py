@@ -16,7 +16,11 @@ one (base 1M); SmolLM3 and Llama 4 drop RoPE from every fourth layer. A model sa
   steps (the next query needs no more).
 
 A pattern is spelled ``"scheme[@option=value,...]"``, ``window`` being the layer's own
-option and every other the scheme's (numbers parsed as int or float):
+option and every other the scheme's (values parsed as None, True, False, int or float, else
+kept as the string; an option whose value is a dict is spelled field by field with a dotted
+name: ``"rope@length_scaling.type=log_length,length_scaling.train_length=16"`` is RoPE with
+``length_scaling={"type": "log_length", "train_length": 16}``; an option named twice, an
+unknown option or one of the wrong kind is a ValueError naming it):
 ``pattern("rope@window=4096", repeat=3, then="none", cycles=2)`` is eight layers, three
 windowed RoPE layers and one global NoPE layer, twice. The same model as one string
 (its ``TransformerConfig.label``, what the lab and the language-model lab take where
@@ -40,13 +44,64 @@ __all__ = ["LayerSpec", "pattern", "parse_pattern", "is_pattern", "pattern_label
            "bytes_per_token"]
 
 
+_LITERALS = {"None": None, "True": True, "False": False}
+
+
 def _value(text: str):
+    """A pattern's option value: None, True, False, an int, a float, else the string itself."""
+    if text in _LITERALS:
+        return _LITERALS[text]
     for kind in (int, float):
         try:
             return kind(text)
         except ValueError:
             pass
     return text
+
+
+def _spell(value, spec: str) -> str:
+    """The pattern spelling of one option value (``_value``'s inverse)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return str(value)
+    if isinstance(value, str) and value and _value(value) == value and not any(c in value for c in ",=@ "):
+        return value
+    raise ValueError(f"the option {spec} of a layer has no pattern spelling: values are numbers, True, False, "
+                     f"None, plain strings (no ',', '=', '@' or space) or dicts of them, got {value!r}")
+
+
+def _flat(options: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """``{"length_scaling": {"type": "log_length"}}`` as ``[("length_scaling.type", "log_length")]``."""
+    out = []
+    for key, value in options.items():
+        if isinstance(value, dict):
+            if not value:
+                raise ValueError(f"the option {prefix}{key} of a layer is an empty dict, which has no pattern spelling")
+            out += _flat(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+def _options(rest: str, spec: str) -> dict:
+    """The options of ``"scheme@rest"``: ``option=value`` items joined by ",", a dotted name
+    (``length_scaling.type=log_length``) setting one field of a dict-valued option."""
+    options: dict = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, text = item.partition("=")
+        path = key.strip().split(".")
+        if not eq or not all(path):
+            raise ValueError(f"layer options must be spelled option=value or option.field=value, got {item!r} "
+                             f"in {spec!r}")
+        target = options
+        for part in path[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise ValueError(f"layer option {part!r} is given both a value and fields ({key.strip()!r}) in "
+                                 f"{spec!r}")
+        if path[-1] in target:
+            raise ValueError(f"layer option {key.strip()!r} is given twice in {spec!r}")
+        target[path[-1]] = _value(text.strip())
+    return options
 
 
 @dataclass(frozen=True)
@@ -74,12 +129,7 @@ class LayerSpec:
         if not isinstance(spec, str) or not spec:
             raise ValueError(f"a layer must be a LayerSpec or a string 'scheme[@option=value,...]', got {spec!r}")
         name, _, rest = spec.partition("@")
-        options = {}
-        for item in filter(None, rest.split(",")):
-            key, eq, text = item.partition("=")
-            if not eq or not key:
-                raise ValueError(f"layer options must be spelled option=value, got {item!r} in {spec!r}")
-            options[key.strip()] = _value(text.strip())
+        options = _options(rest, spec)
         window = options.pop("window", None)
         return cls(name.strip(), options, window)
 
@@ -92,7 +142,7 @@ class LayerSpec:
         return self.entry.options(self.position)
 
     def __str__(self) -> str:
-        items = [f"{k}={v}" for k, v in self.position.items()]
+        items = [f"{k}={_spell(v, k)}" for k, v in _flat(self.position)]
         items += [] if self.window is None else [f"window={self.window}"]
         return self.scheme + ("@" + ",".join(items) if items else "")
 

@@ -468,3 +468,81 @@ def test_a_single_scheme_config_records_as_before():
     cfg = TransformerConfig("rope", num_layers=3)
     assert cfg.record() == {k: v for k, v in vars(cfg).items() if k != "layers"}
     assert TransformerConfig(layers=("rope", "none"), **SMALL).record()["layers"] == "rope, none"
+
+
+# -- options a pattern string spells: dict-valued ones field by field, each checked by name --------------
+
+LOG_LENGTH = "length_scaling.type=log_length,length_scaling.train_length=16"
+
+
+def test_a_pattern_spells_the_length_scaling_options_and_round_trips():
+    from relpos_core.layers import parse_pattern
+    from relpos_core.pieces.length_scaling import LengthScaling
+
+    text = f"rope@{LOG_LENGTH},window=4 x2, none@{LOG_LENGTH}"
+    layers = parse_pattern(text)
+    assert layers[0] == LayerSpec("rope", {"length_scaling": {"type": "log_length", "train_length": 16}}, 4)
+    assert layers[0] == layers[1] and layers[2].scheme == "none"
+    scaling = layers[0].options.length_scaling
+    assert isinstance(scaling, LengthScaling) and (scaling.method, scaling.train_length) == ("log_length", 16.0)
+    assert layers[2].options.length_scaling == scaling
+    label = TransformerConfig(layers=layers, **SMALL).label
+    assert label == text and parse_pattern(label) == layers
+    # other dict options and literals: a context-extension scaling, ssmax, True/False/None
+    spec = LayerSpec.parse("rope@scaling.rope_type=linear,scaling.factor=4,rotary_dim=None")
+    assert spec.position == {"scaling": {"rope_type": "linear", "factor": 4}, "rotary_dim": None}
+    assert LayerSpec.parse(str(spec)) == spec
+    assert LayerSpec.parse("shaw@value=False").options.value is False
+    assert LayerSpec.parse("none@length_scaling.type=ssmax").options.length_scaling.method == "ssmax"
+
+
+def test_a_pattern_with_length_scaling_trains_and_its_ssmax_scale_is_learned():
+    model = Transformer(TransformerConfig(layers=("rope@length_scaling.type=ssmax,window=4",
+                                                  "none@length_scaling.type=ssmax"), **SMALL), seed=0)
+    tokens = torch.randint(0, SMALL["vocab_size"], (2, 12))
+    model(tokens).sum().backward()
+    scales = [p for n, p in model.named_parameters() if "ssmax" in n]
+    assert len(scales) == 2 and all(p.grad is not None and p.grad.abs().sum() > 0 for p in scales)
+
+
+def test_log_length_in_a_pattern_changes_the_logits_only_past_its_training_length():
+    """Factor log n / log 16: 1 for the query that sees 16 keys, so that row's output equals plain RoPE's."""
+    plain = Transformer(TransformerConfig(layers=("rope",), **SMALL), seed=0).eval()
+    scaled = Transformer(TransformerConfig(layers=(f"rope@{LOG_LENGTH}",), **SMALL), seed=0).eval()
+    tokens = torch.randint(0, SMALL["vocab_size"], (1, 20))
+    a, b = plain(tokens), scaled(tokens)  # (1, 20, V)
+    torch.testing.assert_close(a[:, 15], b[:, 15])  # query 15 sees 16 keys
+    assert not torch.allclose(a[:, 19], b[:, 19]) and not torch.allclose(a[:, 3], b[:, 3])
+
+
+@pytest.mark.parametrize("text, match", [
+    ("rope@base=abc", "position option base of rope must be a number, got 'abc'"),
+    ("rope@rotary_dim=4.5", "rotary_dim of rope must be an integer or None"),
+    ("rope@pairing=1", "pairing of rope must be a string"),
+    ("shaw@value=1", "value of shaw must be True or False"),
+    ("rope@keep_fraction=2", "keep_fraction must be a real number in"),
+    ("rope@bogus=1", r"\['bogus'\] are not options of rope"),
+    ("rope@base=1,base=2", "'base' is given twice"),
+    ("rope@length_scaling=3", "length_scaling must be None, a LengthScaling or a dict"),
+    ("rope@length_scaling=3,length_scaling.type=ssmax", "given both a value and fields"),
+    ("rope@length_scaling.type=log_len", "length_scaling type must be one of"),
+    ("rope@length_scaling.type=log_length,length_scaling.train_length=1", "train_length must be a finite number > 1"),
+    ("rope@length_scaling.type=log_length,length_scaling.init=2", r"takes \['train_length'\], got unknown \['init'\]"),
+    ("none@length_scaling.type=llama4,length_scaling.attn_scale=x", "attn_scale must be a finite number"),
+    ("rope@.type=ssmax", "option=value or option.field=value"),
+    ("rope@window.size=4", "window must be an integer >= 1"),
+    ("rope@scaling.rope_type=linear", "needs the field"),
+])
+def test_bad_pattern_options_are_refused_by_name(text, match):
+    from relpos_core.layers import parse_pattern
+
+    with pytest.raises(ValueError, match=match):
+        parse_pattern(text + ", none")
+
+
+def test_an_option_without_a_pattern_spelling_is_refused_when_labelled():
+    from relpos_core.pieces.length_scaling import LengthScaling
+
+    spec = LayerSpec("rope", {"length_scaling": LengthScaling("log_length", train_length=16)})
+    with pytest.raises(ValueError, match="no pattern spelling"):
+        str(spec)

@@ -896,3 +896,97 @@ def test_result_files_get_the_mode_of_any_file_the_user_writes(tmp_path):
     output.begin({})
     output.finish({"complete": True})
     assert stat.S_IMODE(os.stat(output.path).st_mode) == 0o666 & ~mask
+
+
+# -- the hybrid preset: designs of 2025-26 models, declared from the schemes and the task ------------------
+
+def test_the_hybrid_preset_is_built_from_the_declarations_and_the_task():
+    from relpos_core import schemes
+    from relpos_core.layers import parse_pattern
+    from relpos_core.lab.presets import HYBRID_TASK, hybrid_designs
+
+    hybrid, full = get_preset("hybrid"), get_preset("full")
+    setup = hybrid.tasks[HYBRID_TASK]
+    assert setup == full.tasks[HYBRID_TASK] and list(hybrid.tasks) == [HYBRID_TASK]
+    assert hybrid.lrs == (1e-3, 3e-3) and len(hybrid.seeds) >= 3 and hybrid.budgets == full.budgets
+    rotary = next(n for n in schemes.names() if schemes.lookup(n).lab.extended)
+    # the controls are the full preset's own runs (same ids, specs and task), so their records compare
+    for name in (rotary, schemes.baseline()):
+        assert hybrid.run(f"{HYBRID_TASK}/{name}") == full.run(f"{HYBRID_TASK}/{name}")
+    designs = dict(hybrid_designs(setup.train_length, 16))
+    assert [r.variant for r in hybrid.runs[:len(designs)]] == list(designs)
+    window = parse_pattern(designs["rnope_swa"])[0].window
+    gap = setup.options["gap"]
+    # the window covers a key and its value but not the way back from a query to its value
+    assert gap + 1 <= window < setup.train_length
+    for variant, text in designs.items():
+        layers = parse_pattern(text)
+        assert len(layers) == hybrid.model["num_layers"] and {s.scheme for s in layers} <= {rotary, schemes.baseline()}
+        for layer in layers:
+            layer.options  # every option is one the scheme has, of the right kind
+    assert parse_pattern(designs["rope_log"])[0].options.length_scaling.train_length == setup.train_length
+    assert parse_pattern(designs["rotary_half"])[0].options.rotary_dim == 8  # half of head_dim 16
+
+
+def test_the_hybrid_pipeline_check_trains_every_run_of_the_preset(tmp_path):
+    hybrid, tiny = get_preset("hybrid"), get_preset("hybrid_tiny")
+    assert [r.run_id for r in tiny.runs] == [r.run_id for r in hybrid.runs]
+    lab_main(["--preset", "hybrid_tiny", "--out", str(tmp_path / "h.json"), "--no-progress", "--workers", "1",
+              "--no-plots"])
+    res = rp.lab.results.load_results(tmp_path / "h.json")
+    assert res["complete"] is True and len(res["runs"]) == len(tiny.runs)
+    layers = {r["variant"]: r["model"].get("layers") for r in res["runs"]}
+    assert layers["rnope_swa"] == "rope@window=4, none" and layers["rope"] is None
+    assert "length_scaling.type=log_length" in layers["none_log"]
+
+
+def _without(res, run_id):
+    out = copy.deepcopy(res)
+    out["preset"]["runs"] = [r for r in out["preset"]["runs"] if r["run_id"] != run_id]
+    out["runs"] = [r for r in out["runs"] if r["run_id"] != run_id]
+    return out
+
+
+def test_with_runs_sets_another_runs_controls_beside_new_runs_after_checking_the_settings():
+    R = rp.lab.results
+    full = R.load_committed()
+    rope = "retrieval_gap/rope"
+    base = _without(full, rope)
+    base["provenance"]["seeds"] = [0, 1, 2]
+    base["runs"] = [r for r in base["runs"] if r["seed"] in (0, 1, 2)]
+    both = R.with_runs(base, full, [rope])
+    assert R.records(both, rope) == [r for r in R.records(full, rope) if r["seed"] in (0, 1, 2)]
+    assert both["provenance"]["added"][0]["runs"] == [rope]
+    assert both["provenance"]["added"][0]["from"]["git_commit"] == full["provenance"]["git_commit"]
+    assert R.complete_seeds(both) == [0, 1, 2] and "added" not in base["provenance"]
+    with pytest.raises(ValueError, match="already holds"):
+        R.with_runs(both, full, [rope])
+    with pytest.raises(ValueError, match="run_ids must be runs of other"):
+        R.with_runs(base, full, ["retrieval_gap/nonsense"])
+    other = copy.deepcopy(full)
+    other["preset"]["tasks"]["retrieval_gap"]["cap"] += 1
+    with pytest.raises(ValueError, match="set up differently"):
+        R.with_runs(base, other, [rope])
+    other = copy.deepcopy(full)
+    other["preset"]["warmup_steps"] += 1
+    with pytest.raises(ValueError, match="warmup_steps"):
+        R.with_runs(base, other, [rope])
+    other = copy.deepcopy(full)
+    other["runs"] = [r for r in other["runs"] if not (r["run_id"] == rope and r["seed"] == 2)]
+    with pytest.raises(ValueError, match=r"lacks retrieval_gap/rope at \(seed, lr\) \[\(2, 0.001\)"):
+        R.with_runs(base, other, [rope])
+
+
+def test_the_compact_claims_table_has_one_column_per_learning_rate_and_the_verdict_over_every_cell():
+    res = _fake_results([0.9, 0.8, 0.95, 0.7, 0.85], [0.5, 0.6, 0.55, 0.5, 0.45], [True] * 5, [True] * 5)
+    claim = R.better(res, "t/a", "t/b", "L16", solved_only=False)
+    wide = R.claims_table([("a beats b", claim)], res)
+    narrow = R.compact_claims_table([("a beats b", claim)], res)
+    head, rule, row = narrow.splitlines()
+    assert head == "| claim | lr 0.001 | verdict |" and rule == "|---|---|---|"
+    d = R.paired(res, "t/a", "t/b", "L16", budget=4, lr=1e-3, solved_only=False)
+    assert row == f"| a beats b | ✓ {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] (5) | **holds** |"
+    assert wide.splitlines()[2].endswith("| 2/2 | **holds** |")  # the same verdict, every cell
+    assert R.compact_claims_table([("a beats b", claim)], res, budget=1).splitlines()[2] == row  # eval_of: the same
+    with pytest.raises(ValueError, match=r"budget must be one of \[1, 4\], got 2"):
+        R.compact_claims_table([("a", claim)], res, budget=2)

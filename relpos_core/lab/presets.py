@@ -13,6 +13,10 @@ Book: "Experiments" (chapters/10_experiments.ipynb).
   rates, each run trained to its solve criterion or to four times the cap, evaluated up to
   512 tokens. Hours on two CPU cores: the committed file's provenance has its wall and CPU
   time.
+* ``hybrid``: designs of 2025-26 models (``hybrid_designs``: layer patterns, p-RoPE, partial
+  rotation, log-length scaling) with RoPE and no position as controls, on retrieval with a
+  gap, three seeds and both learning rates (``relpos_core/data/lab-hybrid.json``);
+  ``hybrid_tiny`` is its pipeline check.
 
 A preset is a list of :class:`RunSpec` (one model on one task) plus the task settings
 (:class:`TaskSetup`: generator options, training length, cap, evaluation ``probes``) and
@@ -28,7 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 from relpos_core import schemes
 
 __all__ = ["Probe", "TaskSetup", "RunSpec", "Preset", "PRESETS", "get_preset", "MAIN_SCHEMES", "schemes_for",
-           "ladder", "LONGEST", "subset"]
+           "ladder", "LONGEST", "subset", "hybrid_designs", "HYBRID_TASK"]
 
 LONGEST = 512  # every length test reaches at least this many tokens
 # every declared scheme and variant that trains on the language tasks (a variant made for one
@@ -265,6 +269,65 @@ PRESETS["tiny"] = replace(
     description="pipeline check: one or two runs of every task, 3 steps per budget, tiny evaluation sets (seconds)",
     lrs=(3e-3, 1e-3), seeds=(0,), solve_window=2, warmup_steps=2, log_points=3, tasks=_TINY_TASKS,
     runs=_TINY_RUNS, experiments=_experiments(_TINY_RUNS),
+)
+
+
+# -- the hybrid preset: designs of 2025-26 models on the task that ranks length generalisation ------------
+# Built from the declared schemes (the rotary scheme the context-extension stage starts from, and the
+# baseline without positions) and from the task and model sizes, so nothing here names a scheme.
+HYBRID_TASK = "retrieval_gap"
+
+
+def hybrid_designs(train_length: int, head_dim: int) -> tuple[tuple[str, str], ...]:
+    """(variant, pattern string) of each design the hybrid preset trains, layer 1 first.
+
+    The window is a quarter of the training length (as the language-model lab's hybrid preset):
+    on retrieval with a gap (the value 2 tokens after its key) it covers a key-value pair
+    (W >= gap + 1) but not the distance from a query back to its value (up to the training
+    length, and 32x that at the longest probe), so a model of window layers only cannot reach
+    most values, and in a window-then-global pattern only the global layer can.
+    """
+    rotary = next(n for n in schemes.names() if schemes.lookup(n).lab.extended)
+    nope = schemes.baseline()
+    window = max(1, train_length // 4)
+    log_length = f"length_scaling.type=log_length,length_scaling.train_length={train_length}"
+    return (
+        ("rnope_swa", f"{rotary}@window={window}, {nope}"),  # RNoPE-SWA (Yang et al. 2025; Command A)
+        ("rope_nope", f"{rotary}, {nope}"),  # a rotary layer and one without positions (SmolLM3, Llama 4)
+        ("swa_rope", f"{rotary}@window={window} x2"),  # windowed rotary only: the window's own effect
+        ("prope_25", f"{rotary}@keep_fraction=0.25 x2"),  # p-RoPE (Barbero et al. 2025)
+        ("prope_50", f"{rotary}@keep_fraction=0.5 x2"),
+        ("rotary_half", f"{rotary}@rotary_dim={head_dim // 2} x2"),  # partial rotation (GPT-NeoX, GPT-J)
+        ("rope_log", f"{rotary}@{log_length} x2"),  # log-length scaling (Chiang and Cholak 2022)
+        ("none_log", f"{nope}@{log_length} x2"),
+    )
+
+
+def _hybrid_runs(setup: TaskSetup, model: dict) -> tuple:
+    """The designs (``hybrid_designs``), then their controls: the rotary scheme and the baseline,
+    as the full preset trains them (same run ids, so their records can be set beside the full run's)."""
+    rotary = next(n for n in schemes.names() if schemes.lookup(n).lab.extended)
+    designs = hybrid_designs(setup.train_length, model["d_model"] // model["num_heads"])
+    return (tuple(RunSpec(HYBRID_TASK, v, pattern) for v, pattern in designs)
+            + tuple(RunSpec(HYBRID_TASK, n, n) for n in (rotary, schemes.baseline())))
+
+
+_HYBRID_TASKS = {HYBRID_TASK: _tasks()[HYBRID_TASK]}
+_HYBRID_RUNS = _hybrid_runs(_HYBRID_TASKS[HYBRID_TASK], _MODEL)
+PRESETS["hybrid"] = replace(
+    PRESETS["full"], name="hybrid",
+    description="layer patterns and RoPE options of 2025-26 models (RNoPE-SWA, a RoPE layer and a NoPE layer, "
+                "windowed RoPE only, p-RoPE at 1/4 and 1/2, half-head rotation, log-length scaling on RoPE and "
+                "on NoPE) with RoPE and NoPE as controls, on retrieval with a gap, 3 seeds x 2 learning rates, "
+                "the full preset's budgets and evaluation to 512 tokens",
+    seeds=(0, 1, 2), tasks=_HYBRID_TASKS, runs=_HYBRID_RUNS,
+    experiments={"hybrid": [r.run_id for r in _HYBRID_RUNS]},
+)
+PRESETS["hybrid_tiny"] = replace(
+    PRESETS["hybrid"], name="hybrid_tiny",
+    description="pipeline check of the hybrid preset: its runs, 3 steps per budget, tiny evaluation sets (seconds)",
+    seeds=(0,), lrs=(3e-3,), solve_window=2, warmup_steps=2, log_points=3,
+    tasks={HYBRID_TASK: _TINY_TASKS[HYBRID_TASK]},
 )
 
 

@@ -48,9 +48,9 @@ from ..provenance import git_commit, machine
 
 __all__ = [
     "FORMAT", "COMMITTED", "build_results", "results_text", "save_results", "load_results", "committed_path",
-    "load_committed", "from_partial", "complete_seeds", "only_complete_seeds", "lrs", "budgets", "records", "result", "values", "solved", "steps_to_solve", "summary",
+    "load_committed", "from_partial", "complete_seeds", "only_complete_seeds", "with_runs", "SHARED_SETTINGS", "lrs", "budgets", "records", "result", "values", "solved", "steps_to_solve", "summary",
     "t_quantile", "t_interval", "paired", "verdict", "VERDICTS", "better", "at_least", "at_most", "solves",
-    "claims_table", "SOLVED_HELD_OUT", "SOLVE_RULES", "held_out_solved", "is_solved", "permutation_p", "margin",
+    "claims_table", "compact_claims_table", "SOLVED_HELD_OUT", "SOLVE_RULES", "held_out_solved", "is_solved", "permutation_p", "margin",
     "testable_text", "rows_for_standard_error",
     "length_table", "length_table_markdown",
     "detail_accuracy", "cosine_similarity", "provenance_line", "git_commit",
@@ -204,6 +204,57 @@ def only_complete_seeds(results: dict) -> dict:
     provenance = {**results["provenance"], "seeds": keep, "seeds_dropped": dropped}
     runs = [r for r in results["runs"] if r["seed"] in keep]
     return {**results, "provenance": provenance, "runs": runs}
+
+
+# the preset fields two runs must share for their records to be compared seed by seed
+SHARED_SETTINGS = ("model", "budgets", "solve_threshold", "solve_window", "warmup_steps", "log_points")
+
+
+def with_runs(results: dict, other: dict, run_ids) -> dict:
+    """``results`` with ``other``'s records of ``run_ids`` added: controls trained once, by
+    another run of the same settings, set beside new runs (a paired comparison needs only the
+    same seeds: a seed fixes the training batches and the evaluation rows, whatever the run).
+
+    Checked before anything is added (ValueError naming what differs): each run's task setup,
+    the preset's shared training settings (``SHARED_SETTINGS``) and each run's spec (scheme,
+    options, model) are equal in both; ``other`` holds each run at every seed and learning
+    rate of ``results``; ``results`` does not hold them yet. Only those seeds and learning
+    rates are taken. The copy's ``provenance["added"]`` names the runs and ``other``'s
+    provenance (machine, torch, date, commit, command), so the file each record came from stays
+    known."""
+    ids = list(run_ids)
+    if not ids:
+        raise ValueError("run_ids must name at least one run of other")
+    mine, theirs = results["preset"], other["preset"]
+    def plain(x):  # as read back from JSON (a preset built in memory holds tuples)
+        return json.loads(json.dumps(x))
+
+    for key in SHARED_SETTINGS:
+        if plain(mine[key]) != plain(theirs[key]):
+            raise ValueError(f"other must share the preset's {key}: {mine[key]!r} here, {theirs[key]!r} there")
+    specs = {r["run_id"]: r for r in theirs["runs"]}
+    have = {r["run_id"] for r in results["runs"]}
+    seeds, the_lrs = list(results["provenance"]["seeds"]), lrs(results)
+    added = []
+    for run_id in ids:
+        if run_id not in specs:
+            raise ValueError(f"run_ids must be runs of other ({', '.join(specs)}), got {run_id!r}")
+        if run_id in have:
+            raise ValueError(f"results already holds {run_id!r}: nothing to add")
+        task = specs[run_id]["task"]
+        if plain(mine["tasks"].get(task)) != plain(theirs["tasks"][task]):
+            raise ValueError(f"other's task {task!r} (of {run_id}) is set up differently from this run's")
+        got = [r for r in other["runs"] if r["run_id"] == run_id and r["seed"] in seeds and r["lr"] in the_lrs]
+        missing = sorted({(s, lr) for s in seeds for lr in the_lrs} - {(r["seed"], r["lr"]) for r in got})
+        if missing:
+            raise ValueError(f"other lacks {run_id} at (seed, lr) {missing}")
+        added += got
+    preset = {**mine, "runs": list(mine["runs"]) + [specs[i] for i in ids]}
+    source = {k: other["provenance"].get(k) for k in ("device_name", "cpu_model", "torch", "date", "git_commit",
+                                                        "command")}
+    provenance = {**results["provenance"],
+                  "added": list(results["provenance"].get("added", [])) + [{"runs": ids, "from": source}]}
+    return {**results, "provenance": provenance, "preset": preset, "runs": list(results["runs"]) + added}
 
 
 # ----------------------------------------------------------------------------- reading records
@@ -675,6 +726,28 @@ def claims_table(rows, results: dict) -> str:
             cells.append(mark + _stat_text(c["stats"][k]))
         lines.append(f"| {text} | " + " | ".join(cells)
                      + f" | {c['testable']}/{c['cells']} | **{_verdict_text(c)}** |")
+    return "\n".join(lines)
+
+
+def compact_claims_table(rows, results: dict, budget: int | None = None) -> str:
+    """``claims_table`` narrow enough for a phone: one column per learning rate with the
+    numbers at one ``budget`` (default: the largest) and its mark, then the verdict over every
+    (learning rate, budget) cell, as ``claims_table`` gives it."""
+    found = budgets(results)
+    budget = found[-1] if budget is None else budget
+    if budget not in found:
+        raise ValueError(f"budget must be one of {found}, got {budget!r}")
+    the_lrs = lrs(results)
+    lines = ["| claim | " + " | ".join(f"lr {lr:g}" for lr in the_lrs) + " | verdict |",
+             "|---|" + "---|" * len(the_lrs) + "---|"]
+    for text, c in rows:
+        cells = []
+        for lr in the_lrs:
+            k = (lr, budget)
+            mark = ("? " if c["checks"][k] is None else "✓ " if c["checks"][k]
+                    else "✗ " if c.get("opposite", {}).get(k) else "· ")
+            cells.append(mark + _stat_text(c["stats"][k]))
+        lines.append(f"| {text} | " + " | ".join(cells) + f" | **{_verdict_text(c)}** |")
     return "\n".join(lines)
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -326,12 +327,38 @@ class Scheme:
 def make_options(scheme: Scheme, overrides: dict | None = None, *, variant: Variant | None = None):
     """The scheme's options dataclass: defaults, then the variant's settings, then ``overrides``.
 
-    An unknown option name is a ValueError that lists the scheme's options.
+    An unknown option name is a ValueError that lists the scheme's options; a value of the wrong
+    kind for a field annotated ``int``, ``float``, ``str`` or ``bool`` (optionally ``| None``) is a
+    ValueError naming the option (``_check_kind``), before the scheme's own checks of its range.
     """
     values = dict(variant.options if variant is not None else {})
     values.update(overrides or {})
-    known = {f.name for f in dataclasses.fields(scheme.options)}
-    unknown = sorted(set(values) - known)
+    fields = {f.name: f for f in dataclasses.fields(scheme.options)}
+    unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ValueError(f"position options {unknown} are not options of {scheme.name}: it has {sorted(known)}")
+        raise ValueError(f"position options {unknown} are not options of {scheme.name}: it has {sorted(fields)}")
+    for name, value in values.items():
+        _check_kind(scheme.name, name, fields[name].type, value)
     return scheme.options(**values)
+
+
+# what a field annotated with each plain kind accepts (bool is an int to Python; not here)
+_KINDS = {"int": (numbers.Integral, "an integer"), "float": (numbers.Real, "a number"), "str": (str, "a string"),
+          "bool": (bool, "True or False")}
+
+
+def _check_kind(scheme: str, name: str, annotation, value) -> None:
+    """ValueError when ``value`` is not of the kind the options field ``name`` is annotated with
+    (``"int"``, ``"float"``, ``"str"``, ``"bool"``, each optionally ``"| None"``; other annotations,
+    such as ``object | None``, are left to the scheme's own checks)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    kinds = [k.strip() for k in text.split("|")]
+    optional = "None" in kinds
+    kinds = [k for k in kinds if k != "None"]
+    if len(kinds) != 1 or kinds[0] not in _KINDS or (optional and value is None):
+        return
+    kind, wanted = _KINDS[kinds[0]]
+    if isinstance(value, kind) and (kinds[0] == "bool" or not isinstance(value, bool)):
+        return
+    raise ValueError(f"position option {name} of {scheme} must be {wanted}{' or None' if optional else ''}, "
+                     f"got {value!r}")
