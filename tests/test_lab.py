@@ -440,6 +440,30 @@ def test_paired_differences_are_seed_by_seed_and_beyond_training_only_on_solved_
     assert table.count("✓") == 2 and "**holds**" in table and "| 2/2 |" in table
 
 
+def test_the_verdict_grid_is_short_and_reads_the_claims_at_the_largest_budget():
+    res = _fake_results([0.9, 0.8, 0.95, 0.7, 0.85], [0.5, 0.6, 0.55, 0.5, 0.45], [True] * 5, [True] * 5)
+    rows = [("a beats b", R.better(res, "t/a", "t/b", "L8")), ("b solves", R.solves(res, "t/b")),
+            ("a >= 0.99", R.at_least(res, "t/a", "L8", 0.99))]
+    grid = R.verdict_grid(rows, res).splitlines()
+    assert grid[0] == "| finding | verdict | lr 0.001 |"  # one column per learning rate
+    assert grid[2] == "| a beats b | holds | +0.32 ✓ |"
+    assert grid[3] == "| b solves | does not hold | 0/5 ✗ |"  # held out 0.5 < 0.95: none solved
+    assert grid[4] == "| a >= 0.99 | does not hold | 0.84 ✗ |"
+    with pytest.raises(ValueError, match="budget must be one of"):
+        R.verdict_grid(rows, res, budget=2)
+
+
+def test_the_levels_figure_has_a_point_per_learning_rate_and_names_unsolved_rows():
+    res = _fake_results([0.99, 0.98, 0.97, 0.99, 0.96], [0.5] * 5, [True] * 5, [False] * 5)
+    fig = lab.figures.levels_figure(res, "t", "L16", ["a", "b"], reference=0.3, reference_label="floor")
+    (trace,) = fig.data  # one learning rate: one trace
+    assert list(trace.x) == [pytest.approx(R.t_interval([0.99, 0.98, 0.97, 0.99, 0.96])["mean"])]
+    assert list(fig.layout.yaxis.ticktext) == ["a", "b"]
+    assert [a.text for a in fig.layout.annotations][:1] == ["0 of 5 runs solved"]  # b: no point
+    with pytest.raises(ValueError, match="budget must be one of"):
+        lab.figures.levels_figure(res, "t", "L16", ["a"], budget=3)
+
+
 def test_solved_is_read_from_the_held_out_evaluation():
     # a: never stopped by the training rule, but 0.99 on held-out rows; b: stopped, 0.90 held out
     res = _fake_results([0.99] * 5, [0.90] * 5, [False] * 5, [True] * 5)

@@ -1,7 +1,8 @@
 """Figures of a lab run: plotly figures for the chapter (through ``rp.figures``) and
 matplotlib PNGs for ``python -m relpos_core.lab``.
 
-Book: "Experiments" (chapters/10_experiments.ipynb). plotly and matplotlib
+Book: "Synthetic tasks" (chapters/10_experiments_length.ipynb,
+chapters/10_experiments_marker.ipynb). plotly and matplotlib
 are imported inside the functions, never when the module is imported. Labels and line
 styles come from the scheme declarations; one colour per scheme across every figure.
 """
@@ -14,7 +15,7 @@ from relpos_core import schemes
 
 from . import results as R
 
-__all__ = ["LABELS", "label", "short_label", "color", "length_figure", "steps_figure", "curves_figure", "paired_figure",
+__all__ = ["LABELS", "label", "short_label", "color", "length_figure", "levels_figure", "steps_figure", "curves_figure", "paired_figure",
            "parts_figure", "clipping_figure", "clipping_families", "band_figure", "position_figure", "shared_rows", "budget_name",
            "save_plots"]
 
@@ -136,6 +137,61 @@ def length_figure(results: dict, task: str, variants=None, *, lr: float | None =
         return _bottom_legend(fig, rows=math.ceil((len(variants) + 1) / 4))
 
     return _budgets_slider(results, make)
+
+
+def levels_figure(results: dict, task: str, probe: str, variants=None, *, budget: int | None = None,
+                  reference: float | None = None, reference_label: str | None = None,
+                  height: int | None = None):
+    """One probe's accuracy per model and learning rate: a row per model, a point per
+    learning rate at the mean over the runs that solved the task within ``budget``
+    (default: the largest), bars for its 95% t interval (a point needs two solved runs;
+    a row without one says how many were solved). ``reference`` draws a dotted vertical
+    line (a baseline such as the binding-free score) named by ``reference_label``."""
+    go = _go()
+    found = R.budgets(results)
+    b = found[-1] if budget is None else budget
+    if b not in found:
+        raise ValueError(f"budget must be one of {found}, got {budget!r}")
+    variants = variants or [r["variant"] for r in results["preset"]["runs"] if r["task"] == task]
+    rows = [short_label(v) for v in variants]
+    fig = go.Figure()
+    the_lrs = R.lrs(results)
+    for j, lr in enumerate(the_lrs):
+        xs, ys, lo, hi, text = [], [], [], [], []
+        for i, v in enumerate(variants):
+            vals = list(R.values(results, f"{task}/{v}", probe, budget=b, lr=lr, solved_only=True).values())
+            n = len(R.records(results, f"{task}/{v}", lr))
+            if len(vals) < 2:
+                continue
+            ti = R.t_interval(vals)
+            xs.append(ti["mean"])
+            ys.append(i + (j - (len(the_lrs) - 1) / 2) * 0.22)
+            lo.append(ti["mean"] - ti["low"])
+            hi.append(ti["high"] - ti["mean"])
+            text.append(f"{label(v)}, lr {lr:g}: {ti['mean']:.2f} [{ti['low']:.2f}, {ti['high']:.2f}],"
+                        f" {len(vals)} of {n} runs solved")
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="markers", name=f"learning rate {lr:g}", text=text,
+            marker=dict(symbol=("circle", "diamond")[j % 2], size=9, color=("#1f77b4", "#ff7f0e")[j % 2]),
+            error_x=dict(type="data", symmetric=False, array=hi, arrayminus=lo, thickness=1.4, width=3),
+            hovertemplate="%{text}<extra></extra>"))
+    empty = [i for i, v in enumerate(variants)
+             if not any(len(R.values(results, f"{task}/{v}", probe, budget=b, lr=lr, solved_only=True)) >= 2
+                        for lr in the_lrs)]
+    for i in empty:
+        k, n = R.solved(results, f"{task}/{variants[i]}", budget=b)
+        fig.add_annotation(x=0.02, y=i, text=f"{k} of {n} runs solved", showarrow=False, xanchor="left",
+                           font=dict(size=12, color="#666666"))
+    if reference is not None:
+        fig.add_vline(x=reference, line=FLOOR_STYLE, annotation_text=reference_label,
+                      annotation_position="top")
+    fig.update_layout(height=height or min(600, 150 + 34 * len(rows)),
+                      xaxis=dict(title=f"accuracy at {probe.lstrip('L')} tokens (95% interval)", range=[0, 1.05]),
+                      yaxis=dict(tickvals=list(range(len(rows))), ticktext=rows, autorange="reversed",
+                                 automargin=True, range=[len(rows) - 0.5, -0.5]),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+                      margin=dict(l=20, r=20, t=80, b=60))
+    return fig
 
 
 def steps_figure(results: dict, task: str, variants=None, *, height: int | None = None):

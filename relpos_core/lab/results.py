@@ -1,6 +1,6 @@
 """Results of a lab run: JSON with provenance, and the statistics the chapter reads from it.
 
-Book: "Experiments" (chapters/10_experiments.ipynb).
+Book: "Synthetic tasks" (chapters/10_experiments_length.ipynb, chapters/10_experiments_marker.ipynb).
 
 A results file is one JSON object:
 
@@ -50,7 +50,8 @@ __all__ = [
     "FORMAT", "COMMITTED", "build_results", "results_text", "save_results", "load_results", "committed_path",
     "load_committed", "from_partial", "complete_seeds", "only_complete_seeds", "with_runs", "SHARED_SETTINGS", "lrs", "budgets", "records", "result", "values", "solved", "steps_to_solve", "summary",
     "t_quantile", "t_interval", "paired", "verdict", "VERDICTS", "better", "at_least", "at_most", "solves",
-    "claims_table", "compact_claims_table", "SOLVED_HELD_OUT", "SOLVE_RULES", "held_out_solved", "is_solved", "permutation_p", "margin",
+    "claims_table", "compact_claims_table", "verdict_grid", "SOLVED_HELD_OUT", "SOLVE_RULES", "held_out_solved", "is_solved",
+    "permutation_p", "margin",
     "testable_text", "rows_for_standard_error",
     "length_table", "length_table_markdown",
     "detail_accuracy", "cosine_similarity", "provenance_line", "git_commit",
@@ -710,6 +711,18 @@ def _verdict_text(c: dict) -> str:
     return v
 
 
+def _mark(c: dict, cell) -> str:
+    """What claim ``c`` shows at ``cell`` (lr, budget): ✓ shown, ✗ the opposite shown, · neither, ? not testable."""
+    check = c["checks"][cell]
+    return "?" if check is None else "✓" if check else "✗" if c.get("opposite", {}).get(cell) else "·"
+
+
+def _budget_of(results: dict, budget: int | None) -> int:
+    """``budget`` (default: the largest of ``results``), checked against the budgets it holds."""
+    b = _budget_of(results, budget)
+    return b
+
+
 def claims_table(rows, results: dict) -> str:
     """A Markdown table of claims: one row per (text, claim) with the numbers behind the claim at
     every (learning rate, budget) (paired mean difference or mean with its 95% interval and
@@ -721,9 +734,7 @@ def claims_table(rows, results: dict) -> str:
     for text, c in rows:
         cells = []
         for k in keys:
-            mark = ("? " if c["checks"][k] is None else "✓ " if c["checks"][k]
-                    else "✗ " if c.get("opposite", {}).get(k) else "· ")
-            cells.append(mark + _stat_text(c["stats"][k]))
+            cells.append(_mark(c, k) + " " + _stat_text(c["stats"][k]))
         lines.append(f"| {text} | " + " | ".join(cells)
                      + f" | {c['testable']}/{c['cells']} | **{_verdict_text(c)}** |")
     return "\n".join(lines)
@@ -733,10 +744,7 @@ def compact_claims_table(rows, results: dict, budget: int | None = None) -> str:
     """``claims_table`` narrow enough for a phone: one column per learning rate with the
     numbers at one ``budget`` (default: the largest) and its mark, then the verdict over every
     (learning rate, budget) cell, as ``claims_table`` gives it."""
-    found = budgets(results)
-    budget = found[-1] if budget is None else budget
-    if budget not in found:
-        raise ValueError(f"budget must be one of {found}, got {budget!r}")
+    budget = _budget_of(results, budget)
     the_lrs = lrs(results)
     lines = ["| claim | " + " | ".join(f"lr {lr:g}" for lr in the_lrs) + " | verdict |",
              "|---|" + "---|" * len(the_lrs) + "---|"]
@@ -744,10 +752,34 @@ def compact_claims_table(rows, results: dict, budget: int | None = None) -> str:
         cells = []
         for lr in the_lrs:
             k = (lr, budget)
-            mark = ("? " if c["checks"][k] is None else "✓ " if c["checks"][k]
-                    else "✗ " if c.get("opposite", {}).get(k) else "· ")
-            cells.append(mark + _stat_text(c["stats"][k]))
+            cells.append(_mark(c, k) + " " + _stat_text(c["stats"][k]))
         lines.append(f"| {text} | " + " | ".join(cells) + f" | **{_verdict_text(c)}** |")
+    return "\n".join(lines)
+
+
+def _short_stat(st: dict) -> str:
+    if "solved" in st:
+        return f"{st['solved']}/{st['runs']}"
+    if st.get("n", 0) == 0 or math.isnan(st.get("mean", math.nan)):
+        return "–"
+    return f"{st['mean']:+.2f}" if "diffs" in st else f"{st['mean']:.2f}"
+
+
+def verdict_grid(rows, results: dict, *, budget: int | None = None) -> str:
+    """A compact Markdown table of claims for the top of a page (it reads at 390 px): one
+    row per (text, claim), its verdict over every cell, then per learning rate the number
+    behind it at ``budget`` (default: the largest) with the mark of :func:`claims_table`
+    (runs solved "k/n", a mean, or a paired difference "+0.26"). The intervals and the
+    other budget are in the claim's full table (:func:`claims_table`)."""
+    b = _budget_of(results, budget)
+    the_lrs = lrs(results)
+    lines = ["| finding | verdict | " + " | ".join(f"lr {lr:g}" for lr in the_lrs) + " |",
+             "|---|---|" + "---:|" * len(the_lrs)]
+    for text, c in rows:
+        cells = []
+        for lr in the_lrs:
+            cells.append(f"{_short_stat(c['stats'][(lr, b)])} {_mark(c, (lr, b))}")
+        lines.append(f"| {text} | {_verdict_text(c)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
 """Results of the language-model lab: the JSON with provenance, and the tables the book reads.
 
-Book: "Evidence from a language model" (chapters/10_language_model.ipynb) reads the committed run;
-"Experiments" (chapters/10_experiments.ipynb) describes the lab.
+Book: "Evidence from a language model" (chapters/10_language_model.ipynb) describes the lab
+and reads the committed run.
 
 A results file holds ``{"format", "preset", "corpus", "provenance", "runs", "complete"}``;
 ``runs`` are the records of ``relpos_core.lm.train`` (kind "base": one scheme and seed;
