@@ -719,7 +719,10 @@ def _mark(c: dict, cell) -> str:
 
 def _budget_of(results: dict, budget: int | None) -> int:
     """``budget`` (default: the largest of ``results``), checked against the budgets it holds."""
-    b = _budget_of(results, budget)
+    found = budgets(results)
+    b = found[-1] if budget is None else budget
+    if b not in found:
+        raise ValueError(f"budget must be one of {found}, got {budget!r}")
     return b
 
 

@@ -54,7 +54,7 @@ def _fire(params: dict):
         normaliser = torch.log1p(cc * torch.maximum(qp, L.to(work).abs())) + EPS  # (Lq, 1) psi(max(L, i))
         x = torch.log1p(cc * distance.to(work)).div_(normaliser)  # (Lq, Lk) in [0, 1] for keys at or before the query
         del distance  # freed before the hidden layer, the peak
-        hidden = F.relu(x[..., None] * w1.to(work) + b1.to(work))  # (Lq, Lk, width)
+        hidden = (x[..., None] * w1.to(work)).add_(b1.to(work)).relu_()  # (Lq, Lk, width), one tensor
         out = hidden @ w2.to(work).t() + b2.to(work)  # (Lq, Lk, H)
         if work != dtype:
             big = torch.finfo(dtype).max
@@ -97,7 +97,7 @@ def position_term(params: dict) -> PositionTerm:
 
     piece = PairScalar(_fire(params), tuple(params[k] for k in ("w1", "b1", "w2", "b2", "c", "L")), H,
                        name="FIRE",
-                       working=3 + 2 * width + 2 * H,  # positions, distances, the hidden layer twice, the result
+                       working=3 + width + 2 * H,  # positions, distances, the hidden layer (built in place), the result
                        pair_work=("the MLP at every kept key's normalised distance",
                                   width + width * H))  # its MLP, 1 -> width -> H, at each pair
     return PositionTerm(scheme="fire", convention="query_minus_key", scalars=(piece,))
