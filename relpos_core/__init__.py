@@ -16,10 +16,10 @@ closes a circle):
 6. ``rp.models`` (one transformer for every scheme) and ``rp.cache`` (its KV cache);
    ``rp.layers`` (layers that differ: a per-layer scheme and sliding window);
    ``rp.mla`` (multi-head latent attention and its cache of latents,
-   chapters/07b_kv_cache_at_scale.ipynb);
-7. on top: ``rp.decoding`` (chapters/07_the_kv_cache.ipynb), ``rp.lab``
-   (chapters/10_experiments_length.ipynb, chapters/10_experiments_marker.ipynb), ``rp.lm``
-   (the language-model lab, chapters/10_language_model.ipynb), ``rp.failures`` (chapters/09_failure_modes.ipynb),
+   chapters/09_kv_cache_at_scale.ipynb);
+7. on top: ``rp.decoding`` (chapters/08_the_kv_cache.ipynb), ``rp.lab``
+   (chapters/14_experiments_length.ipynb, chapters/15_experiments_marker.ipynb), ``rp.lm``
+   (the language-model lab, chapters/13_language_model.ipynb), ``rp.failures`` (chapters/12_failure_modes.ipynb),
    ``rp.figures`` (plotly and ipywidgets load lazily), ``rp.resources``
    (the committed data the chapters read, shipped with the package), ``relpos_core.bench``
    (the benchmark, imported on demand).

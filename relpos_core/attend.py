@@ -1,7 +1,7 @@
 """``rp.attend``: one entry point for every scheme on every kernel path.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb); "The KV cache"
-(chapters/07_the_kv_cache.ipynb).
+Book: "What it costs" (chapters/11_what_it_costs.ipynb); "The KV cache"
+(chapters/08_the_kv_cache.ipynb).
 
     out = rp.attend(q, k, v, rp.schemes.t5.position_term(table), form="gather", backend="flex", causal=True)
 

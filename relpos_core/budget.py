@@ -1,7 +1,7 @@
 """The memory budget: refuse, before allocating, a tensor bigger than the budget.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb), and "Failure modes"
-(chapters/09_failure_modes.ipynb). This is the ground floor of the
+Book: "What it costs" (chapters/11_what_it_costs.ipynb), and "Failure modes"
+(chapters/12_failure_modes.ipynb). This is the ground floor of the
 library: it imports nothing from relpos_core but argument checks, so every builder that
 makes a tensor growing with Lq Lk (offsets, biases, index tensors, gathered tables) calls
 ``check_memory`` before allocating. ``rp.attend`` counts a whole path's bytes with the

@@ -1,6 +1,6 @@
 """The KV cache: what a decoder keeps between steps, and how it forgets.
 
-Book: "The KV cache" (chapters/07_the_kv_cache.ipynb).
+Book: "The KV cache" (chapters/08_the_kv_cache.ipynb).
 
 One ``KVCache`` serves every layer of one ``relpos_core.models.Transformer`` (made by
 ``model.new_cache()``, which records the model it belongs to). Per layer it holds keys

@@ -1,6 +1,6 @@
 """Custom ops that let ``torch.compile(fullgraph=True)`` build and run a call of ``rp.attend`` on every path.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). Two ``torch.library.custom_op``s,
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). Two ``torch.library.custom_op``s,
 opaque to inductor, so it can neither fuse them away nor into their neighbours.
 
 * ``flex_inputs(*tensors)``: what a FlexAttention ``score_mod`` reads (T5's per-offset bias,

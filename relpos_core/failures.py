@@ -1,6 +1,6 @@
 """Failure modes of relative position encodings, and the small checks that catch them.
 
-Book: "Failure modes" (chapters/09_failure_modes.ipynb), which shows each one
+Book: "Failure modes" (chapters/12_failure_modes.ipynb), which shows each one
 failing and then fixed. The other two failure modes of that chapter need no helper here:
 a materialised bias that would run out of memory is refused by ``rp.attend``'s memory
 guard (``relpos_core.measure.guard``), and a silent SDPA fallback is caught by

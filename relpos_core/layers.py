@@ -1,6 +1,6 @@
 """Layers that differ: a per-layer position scheme and sliding window for one ``Transformer``.
 
-Book: "The KV cache" (chapters/07_the_kv_cache.ipynb): what a window layer keeps.
+Book: "The KV cache" (chapters/08_the_kv_cache.ipynb): what a window layer keeps.
 
 Models of 2025-26 mix layers: Command A (Cohere 2) runs RoPE on a sliding window in three
 layers of four and a global layer without positions in the fourth (Yang et al. 2025,

@@ -2,7 +2,7 @@
 
 Paper: DeepSeek-AI (2024), "DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts
 Language Model", arXiv:2405.04434, section 2.1. Book: "The KV cache at the scale
-of real models" (chapters/07b_kv_cache_at_scale.ipynb).
+of real models" (chapters/09_kv_cache_at_scale.ipynb).
 
 Per token, MLA caches one latent ``c`` of ``kv_lora_rank`` = d_c numbers (shared by all heads)
 and one rotated key ``k^R`` of ``qk_rope_head_dim`` = d_R numbers (also shared), instead of

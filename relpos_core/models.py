@@ -1,8 +1,8 @@
 """One transformer for every position scheme: the decoder of "The KV cache" and the lab's
 models of "Synthetic tasks".
 
-Book: "The KV cache" (chapters/07_the_kv_cache.ipynb) and "Synthetic tasks"
-(chapters/10_experiments_length.ipynb).
+Book: "The KV cache" (chapters/08_the_kv_cache.ipynb) and "Synthetic tasks"
+(chapters/14_experiments_length.ipynb).
 
 ``Transformer(TransformerConfig(scheme=..., position={...}))`` is a pre-norm transformer
 (token embedding, ``num_layers`` blocks of attention and MLP, a final norm and a linear

@@ -1,6 +1,6 @@
 """Where the queries and keys sit: the one rule every scheme, builder and kernel path follows.
 
-Book: "The KV cache" (chapters/07_the_kv_cache.ipynb); the rule is first used
+Book: "The KV cache" (chapters/08_the_kv_cache.ipynb); the rule is first used
 in "Why relative positions" (chapters/01_why_relative_positions.ipynb).
 
 **The rule.** Key j sits at position j, and the Lq queries are the *last* Lq of the Lk

@@ -1,6 +1,6 @@
 """Every (scheme, form, backend) path, what each supports, and what each call may ask of it.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb), whose coverage table
+Book: "What it costs" (chapters/11_what_it_costs.ipynb), whose coverage table
 is ``coverage_markdown()``. The benchmark's cases, the byte counts
 (``relpos_core.measure.analytic_bytes``), the memory guard's suggestion of a cheaper path
 and the cross-path tests all read this module, so a path exists in exactly one place.

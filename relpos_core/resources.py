@@ -1,10 +1,10 @@
 """The committed data the book reads, shipped with the package (``relpos_core/data/``).
 
 Book: every chapter that shows a committed run (the decode benchmark of
-chapters/07_the_kv_cache.ipynb, the benchmark runs and H200 reference data of
-chapters/08_what_it_costs.ipynb, the reference data of chapters/09_failure_modes.ipynb,
-the lab results of chapters/10_experiments_length.ipynb, 10_experiments_marker.ipynb,
-appendix_lab_history.ipynb and 11_choosing_a_scheme.ipynb) finds its file
+chapters/08_the_kv_cache.ipynb, the benchmark runs and H200 reference data of
+chapters/11_what_it_costs.ipynb, the reference data of chapters/12_failure_modes.ipynb,
+the lab results of chapters/14_experiments_length.ipynb, 15_experiments_marker.ipynb,
+appendix_lab_history.ipynb and 16_choosing_a_scheme.ipynb) finds its file
 here, by name, so a notebook runs the same from a clone,
 from a wheel, or alone in Colab after ``pip install "relpos_core[book] @ git+URL"``.
 ``relpos_core/data/README.md`` says what each file holds and how it was measured.

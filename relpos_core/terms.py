@@ -1,6 +1,6 @@
 """Position terms: what a scheme hands to the kernels ("schemes say what, kernels say how").
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb), where every kernel path
+Book: "What it costs" (chapters/11_what_it_costs.ipynb), where every kernel path
 is derived from these pieces; each scheme's chapter shows its own term.
 
 Every relative scheme in this book changes attention in one or more of five ways, all

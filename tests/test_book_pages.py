@@ -255,7 +255,7 @@ def test_typed_numbers_are_found():
         for s, e in ((4, 13), (18, 28), (30, 40), (47, 56))]
     assert not typed_numbers("T5's table 2.4 times; Table 2 of {cite:t}`press2022alibi`; "
                              "the learned absolute table 0.61; "
-                             "`chapter 7` in code; {doc}`the KV cache <07_the_kv_cache>`")
+                             "`chapter 7` in code; {doc}`the KV cache <08_the_kv_cache>`")
     assert not typed_numbers("```python\n# chapter 7\n```\n")
     assert typed_numbers(":::{admonition} Note\nchapter 7\n:::")
     assert typed_numbers("{doc}`chapter 2 <02_shaw_and_skew>`")
@@ -278,7 +278,7 @@ def code_captions(cell: dict) -> list[str]:
 @pytest.mark.parametrize("path", every_page("typed numbers"))
 def test_chapters_figures_and_tables_are_links_not_typed_numbers(path):
     # inserting a chapter renumbers every chapter, figure and table after it: refer by
-    # {doc}`07_the_kv_cache` / {doc}`the KV-cache chapter <07_the_kv_cache>` and {numref}
+    # {doc}`08_the_kv_cache` / {doc}`the KV-cache chapter <08_the_kv_cache>` and {numref}
     texts = [markdown(path)] + [figure_options(c).get("caption", "") for c in cells(path)
                                 if figure_options(c)]
     texts += [text for c in cells(path) for text in code_captions(c)]

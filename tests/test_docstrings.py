@@ -26,8 +26,8 @@ def test_module_docstring_points_to_an_existing_chapter(name):
 
 
 # "chapter 7", "chapters 2 to 6", "Chapter 6b": the built book renumbers chapters when one
-# is inserted (06b and 07b were). Outside the book a chapter is named by its file
-# (chapters/07_the_kv_cache.ipynb) or its title ("The KV cache").
+# is inserted (the chapter files carry the book numbers since issue 22). Outside the book a chapter is named by its file
+# (chapters/08_the_kv_cache.ipynb) or its title ("The KV cache").
 TYPED_CHAPTER = re.compile(r"\b(?:chapters?|chap\.|ch\.)\s+\d+[a-z]?\b", re.I)
 # relpos_core/lab is rewritten with chapters 10 and 11 on another branch
 OUTSIDE_THE_BOOK = sorted(
@@ -43,7 +43,7 @@ def typed_chapters(path: Path) -> list[str]:
 
 def test_typed_chapters_are_found():
     assert TYPED_CHAPTER.findall("chapter 7, Chapters 2 to 6, chapter 6b's") == ["chapter 7", "Chapters 2", "chapter 6b"]
-    assert not TYPED_CHAPTER.findall('"The KV cache" (chapters/07_the_kv_cache.ipynb), chapter=None')
+    assert not TYPED_CHAPTER.findall('"The KV cache" (chapters/08_the_kv_cache.ipynb), chapter=None')
 
 
 @pytest.mark.parametrize(

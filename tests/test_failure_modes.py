@@ -1,4 +1,4 @@
-"""The five failure modes of chapter 9 (chapters/09_failure_modes.ipynb), each failing, caught, then fixed.
+"""The five failure modes of chapter 9 (chapters/12_failure_modes.ipynb), each failing, caught, then fixed.
 
 1. a flipped sign convention: the two-token test (rp.failures.two_token_sign_test);
 2. a T5 bias table per layer instead of per stack: a real load_state_dict report against

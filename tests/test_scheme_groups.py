@@ -64,7 +64,7 @@ def test_a_new_scheme_is_in_the_sign_convention_groups_and_chapter_1_still_passe
 
 
 def test_chapter_10_on_the_logits_group_follows_the_terms_pieces(new_scheme):
-    source = _cell("chapters/10_experiments_length.ipynb", "ON_LOGITS = ")
+    source = _cell("chapters/14_experiments_length.ipynb", "ON_LOGITS = ")
     line = source.index("ON_LOGITS = ")
     expression = source[line:source.index("\nOTHERS", line)].split("=", 1)[1]
     names = list(rp.schemes.names())

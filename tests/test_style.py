@@ -94,7 +94,7 @@ def test_each_kv_layout_has_one_colour():
 
 
 def test_the_kv_chapter_colours_its_layouts_from_the_one_table():
-    nb = nbformat.read("chapters/07b_kv_cache_at_scale.ipynb", as_version=4)
+    nb = nbformat.read("chapters/09_kv_cache_at_scale.ipynb", as_version=4)
     code = [c.source for c in nb.cells if c.cell_type == "code"]
     assert any("KIND_COLORS = rp.figures.style.KV_COLORS" in s for s in code)
     assert not [s for s in code if re.search(r"#[0-9a-fA-F]{6}\b", s)], "a layout colour typed in a cell"

@@ -15,7 +15,7 @@
 #    d=64, bf16; FlexAttention compiled; the Hugging Face modules up to L = 4096), JSON
 #    with provenance in $OUT/bench-gpu.json (and an HTML figure page when plotly is
 #    installed). Set GPU_LENGTHS="1024 4096 16384" to sweep fewer lengths when device
-#    time is short. Commit the JSON as data/bench-<gpu name>.json: chapters/08_what_it_costs.ipynb plots it with
+#    time is short. Commit the JSON as data/bench-<gpu name>.json: chapters/11_what_it_costs.ipynb plots it with
 #    its provenance, apart from the H200 reference data.
 #
 # 3. the chapters that measure, executed on the GPU as a reader in Colab runs them
@@ -24,14 +24,14 @@
 #    (failure modes: SDPA's kernel choice for a dense bias on this GPU). Each prints which
 #    device ran and in which dtype (bfloat16 on sm80+, float16 below); the executed copies
 #    with their outputs go to $OUT/pages/, and a cell that fails or writes to stderr fails
-#    the step. GPU_CHAPTERS="08_what_it_costs" runs fewer.
+#    the step. GPU_CHAPTERS="11_what_it_costs" runs fewer.
 #
-# 4. one decode step of every cache layout at long context (chapters/07b_kv_cache_at_scale.ipynb):
+# 4. one decode step of every cache layout at long context (chapters/09_kv_cache_at_scale.ipynb):
 #    `python -m relpos_core.decoding --scale --preset gpu` (MHA with rotated and unrotated
 #    RoPE keys, GQA, MQA, MLA absorbed and expanded; 32 heads of 128, bf16, contexts 4096
 #    to 131072), JSON with provenance in $OUT/kv-scale-gpu.json. KV_CONTEXTS="4096 16384"
 #    times fewer contexts; KV_PRESET=tiny a small preset (to check the script on a CPU).
-#    Commit it as relpos_core/data/kv_scale_<gpu name>.json; chapters/07b_kv_cache_at_scale.ipynb plots the
+#    Commit it as relpos_core/data/kv_scale_<gpu name>.json; chapters/09_kv_cache_at_scale.ipynb plots the
 #    committed CPU run and does not read a GPU run yet.
 #
 # Every chosen step runs; the script exits non-zero if any failed (the benchmark exits 1
@@ -80,7 +80,7 @@ if [[ $steps == *" bench "* ]]; then
 fi
 if [[ $steps == *" pages "* ]]; then
   if python -c "import plotly, ipywidgets, ipykernel, nbclient, nbformat" 2>/dev/null; then
-    read -r -a chapters <<< "${GPU_CHAPTERS:-07_the_kv_cache 08_what_it_costs 09_failure_modes}"
+    read -r -a chapters <<< "${GPU_CHAPTERS:-08_the_kv_cache 11_what_it_costs 12_failure_modes}"
     pages=()
     for c in "${chapters[@]}"; do pages+=("chapters/$c.ipynb"); done
     python tools/run_pages.py --out "$OUT/pages" "${pages[@]}" 2>&1 | tee "$OUT/pages.log"

@@ -3,13 +3,13 @@
 Each notebook runs alone in an empty scratch folder (as in Colab), with a timeout per
 cell; the executed copy, outputs included, is written to ``--out``. A kernel that hangs
 with nothing to do (nbclient with ipykernel 7 does now and then; seen here once in
-chapters/07_the_kv_cache.ipynb) hits the timeout, and the page is run once more in a fresh kernel; a second
+chapters/08_the_kv_cache.ipynb) hits the timeout, and the page is run once more in a fresh kernel; a second
 timeout is reported as a failure. Every line a cell
 writes to stderr and every error is reported, and so is each "Live measurements here run on ..." sentence
 (``rp.measure.device.pick().sentence``: which device ran). The exit status is 1 if any
 cell failed or wrote to stderr.
 
-Usage: python tools/run_pages.py --out DIR chapters/07_the_kv_cache.ipynb ...
+Usage: python tools/run_pages.py --out DIR chapters/08_the_kv_cache.ipynb ...
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The benchmark, as a package: which kernel path, and how does its cost grow with L, in one run.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb), which plots a committed
+Book: "What it costs" (chapters/11_what_it_costs.ipynb), which plots a committed
 CPU run with the figure code of ``relpos_core.figures.bench``.
 
 * ``presets``: quick (tests), cpu, gpu; a preset's size picks each scheme's distance

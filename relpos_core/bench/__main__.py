@@ -1,6 +1,6 @@
 """``python -m relpos_core.bench``: which kernel path, and how does its cost grow with L, in one run.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). Presets:
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). Presets:
 ``relpos_core.bench.presets``; what is measured: ``relpos_core.bench.run``. Every
 argument and the output path are checked before anything runs (``relpos_core.outputs``:
 the default output is ``./relpos-results/bench-<device>-<time>.json``, nothing inside the

@@ -1,6 +1,6 @@
 """What ``python -m relpos_core.bench`` measures: its cases, their inputs and the calls it times.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). Every case comes
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). Every case comes
 from ``relpos_core.registry.paths()`` and the scheme declarations (no hand-written
 list): a new scheme or path is benchmarked as soon as the registry knows it, with the
 distance parameter its declaration gives the preset's size. Four kinds of rows (``mode``):

@@ -1,6 +1,6 @@
 """The benchmark's presets: sizes, lengths, clocks and what each measures.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb).
+Book: "What it costs" (chapters/11_what_it_costs.ipynb).
 
 * ``quick`` (tests): tiny sizes, two lengths, FlexAttention's eager reference, nothing compiled;
 * ``cpu`` (the default without ``--gpu``): four lengths for every path, FlexAttention

@@ -1,6 +1,6 @@
 """The benchmark's report: a plain-text table of every row and exponent, and the HTML figure page.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb), whose figures are
+Book: "What it costs" (chapters/11_what_it_costs.ipynb), whose figures are
 drawn by the same ``relpos_core.figures.bench`` code as the page written here.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The benchmark's runner: prepare every row, time them side by side, fit, keep what finished.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). For every case of
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). For every case of
 ``relpos_core.bench.cases`` and every length of a preset:
 
 * the first call (FlexAttention's compile, warm-up elsewhere) is timed and reported apart

@@ -1,6 +1,6 @@
 """The benchmark's arithmetic: spread of repeated timings, growth exponents, ratios, monotonicity.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). Pure Python (no
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). Pure Python (no
 torch), so every rule here is tested on synthetic numbers (``tests/test_bench.py``):
 
 * ``summarize(samples)``: min, quartiles, median, max of per-call times and the relative

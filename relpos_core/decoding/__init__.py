@@ -1,6 +1,6 @@
 """Decoding with a KV cache: the model, its cache, its bytes, its speed.
 
-Book: "The KV cache" (chapters/07_the_kv_cache.ipynb).
+Book: "The KV cache" (chapters/08_the_kv_cache.ipynb).
 
 * ``model``: ``SCHEMES`` (every scheme a decoder can use, from the declarations),
   ``decode_paths``, ``kept_positions`` (the sink + window rule); the decoder itself is the
@@ -12,11 +12,11 @@ Book: "The KV cache" (chapters/07_the_kv_cache.ipynb).
 * ``bench``: decode throughput per scheme and path in one run,
   ``python -m relpos_core.decoding --bench --out FILE``;
 * ``plots``: the chapter's figures (plotly, imported lazily on first use);
-* ``scale`` (chapters/07b_kv_cache_at_scale.ipynb): bytes per token of MHA, MQA, GQA and MLA
+* ``scale`` (chapters/09_kv_cache_at_scale.ipynb): bytes per token of MHA, MQA, GQA and MLA
 with published
   configurations as presets, and a decode-step timing of each cache layout,
   ``python -m relpos_core.decoding --scale --out FILE``;
-* ``designs`` (chapters/07c_position_in_current_models.ipynb): the cache of hybrid layer
+* ``designs`` (chapters/10_position_in_current_models.ipynb): the cache of hybrid layer
   patterns, partial RoPE, quantised caches and tensor-parallel replication, with the
   layer patterns of published models as presets.
 

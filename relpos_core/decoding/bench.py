@@ -1,6 +1,6 @@
 """Decode throughput per scheme and kernel path, measured side by side in one run.
 
-Book: "The KV cache" (chapters/07_the_kv_cache.ipynb).
+Book: "The KV cache" (chapters/08_the_kv_cache.ipynb).
 
     python -m relpos_core.decoding --bench --out FILE.json             # CPU preset
     python -m relpos_core.decoding --bench --preset gpu --out FILE.json  # CUDA, bf16, longer contexts

@@ -1,7 +1,7 @@
 """The cache of 2025-26 designs: hybrid layer patterns, partial RoPE, quantised caches and
 tensor-parallel replication, with published configurations as presets.
 
-Book: "Position in current models" (chapters/07c_position_in_current_models.ipynb).
+Book: "Position in current models" (chapters/10_position_in_current_models.ipynb).
 
 Every count here is exact integer arithmetic (``fractions.Fraction`` for shares), per
 sequence, for a cache of ``context`` tokens. A layer caches a key and a value of

@@ -1,6 +1,6 @@
 """What each scheme stores per cached token, and what it recomputes at every decode step.
 
-Book: "The KV cache" (chapters/07_the_kv_cache.ipynb).
+Book: "The KV cache" (chapters/08_the_kv_cache.ipynb).
 
 Nothing here is written per scheme: every count is read off the decoder's own position
 terms, built on the meta device (shapes only, no memory) for the sizes asked:
@@ -16,7 +16,7 @@ terms, built on the meta device (shapes only, no memory) for the sizes asked:
   of the term (``relpos_core.terms``).
 
 ``bytes_per_token`` divides the first two by the context length (and the second by B):
-the curve of the figure in chapters/07_the_kv_cache.ipynb. Sign conventions: not applicable
+the curve of the figure in chapters/08_the_kv_cache.ipynb. Sign conventions: not applicable
 (sizes only).
 """
 from __future__ import annotations

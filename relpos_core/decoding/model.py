@@ -1,7 +1,7 @@
-"""The decoder of "The KV cache" (chapters/07_the_kv_cache.ipynb) is the library's one model,
+"""The decoder of "The KV cache" (chapters/08_the_kv_cache.ipynb) is the library's one model,
 ``relpos_core.models.Transformer``.
 
-Book: "The KV cache" (chapters/07_the_kv_cache.ipynb).
+Book: "The KV cache" (chapters/08_the_kv_cache.ipynb).
 
 A decoder is ``Transformer(TransformerConfig(scheme, ...))`` (``causal=True`` is every
 config's default); ``SCHEMES`` lists the registry names a decoder can use and

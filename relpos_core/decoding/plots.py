@@ -1,6 +1,6 @@
 """Figures of the KV-cache chapter: cache bytes by kind, position bytes per token, decode speed.
 
-Book: "The KV cache" (chapters/07_the_kv_cache.ipynb). plotly is imported on first use
+Book: "The KV cache" (chapters/08_the_kv_cache.ipynb). plotly is imported on first use
 (``relpos_core.figures``), so importing this module needs only torch.
 """
 from __future__ import annotations

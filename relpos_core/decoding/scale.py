@@ -1,7 +1,7 @@
 """The KV cache at the scale of real models: bytes per token of MHA, MQA, GQA and MLA, published
 configurations as presets, and a decode-step measurement of each cache layout.
 
-Book: "The KV cache at the scale of real models" (chapters/07b_kv_cache_at_scale.ipynb).
+Book: "The KV cache at the scale of real models" (chapters/09_kv_cache_at_scale.ipynb).
 
 Per token and layer a cache keeps (elements; times the dtype's bytes):
 

@@ -2,13 +2,13 @@
 static HTML, and numbered tables.
 
 plotly and ipywidgets are imported on first use, not when relpos_core is imported.
-``rp.figures.bench`` draws the benchmark's results (chapters/08_what_it_costs.ipynb and
+``rp.figures.bench`` draws the benchmark's results (chapters/11_what_it_costs.ipynb and
 the benchmark's own page, chapters/appendix_benchmark.ipynb);
 ``rp.figures.concepts`` draws the concept figures of the landing page and the
 scheme chapters (chapters/02_shaw_and_skew.ipynb to 06_rope_and_alibi.ipynb);
 ``rp.figures.intuition`` draws the intuition sliders of chapters/02_shaw_and_skew.ipynb,
-chapters/06_rope_and_alibi.ipynb and chapters/06b_rope_context_extension.ipynb;
-``rp.figures.flowchart`` draws the decision guide of chapters/11_choosing_a_scheme.ipynb.
+chapters/06_rope_and_alibi.ipynb and chapters/07_rope_context_extension.ipynb;
+``rp.figures.flowchart`` draws the decision guide of chapters/16_choosing_a_scheme.ipynb.
 """
 from . import bench, concepts, intuition, style
 from .bars import bars

@@ -1,6 +1,6 @@
 """Figures of a benchmark run (``python -m relpos_core.bench``): the book and the benchmark share them.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). Every function reads
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). Every function reads
 the result dict the benchmark writes as JSON (``read_result``); nothing is re-measured.
 
 * ``scheme_figure``: small multiples for one scheme, time, measured peak memory and time

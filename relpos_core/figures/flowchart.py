@@ -1,6 +1,6 @@
 """A decision flowchart drawn with plotly shapes and annotations, for a laptop and a phone.
 
-Book: "Choosing a scheme" (chapters/11_choosing_a_scheme.ipynb).
+Book: "Choosing a scheme" (chapters/16_choosing_a_scheme.ipynb).
 
 Each question leads to its answer (the branch label on the arrow), and the other answer
 runs on to the next question; the last one ends in ``end``. In a column of

@@ -3,7 +3,7 @@ the static book (``rp.figures.slider``).
 
 Book: chapters/02_shaw_and_skew.ipynb (the skew's read of flat memory),
 chapters/06_rope_and_alibi.ipynb (two RoPE vectors at positions i and j) and
-chapters/06b_rope_context_extension.ipynb (one clock hand per rotary pair).
+chapters/07_rope_context_extension.ipynb (one clock hand per rotary pair).
 
 * :func:`rope_pair_scores` / :func:`rope_angle_slider`: one RoPE pair (head size 2, one
   radian per position) rotated at query position i and key position j
@@ -290,7 +290,7 @@ def skew_read_slider(L: int = 4, *, height: int = 380, initial=None):
                   initial=initial)
 
 
-# ------------------------------------------------------- 06b_rope_context_extension
+# ------------------------------------------------------- 07_rope_context_extension
 def clock_turns(positions: Sequence[int], pairs: Sequence[int], *, head_dim: int,
                 base: float) -> torch.Tensor:
     """(P, K) float64: the turns m θ_k / 2π that pair k of RoPE (θ_k = base^(-2k/d),

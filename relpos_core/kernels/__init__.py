@@ -1,4 +1,4 @@
-"""How each scheme is computed (see CONTRIBUTING.md and chapters/08_what_it_costs.ipynb).
+"""How each scheme is computed (see CONTRIBUTING.md and chapters/11_what_it_costs.ipynb).
 
 Forms (how a scheme's ``PositionTerm`` becomes numbers): ``naive`` (per pair), ``gather``
 (per row or offset, then indexed), ``skew`` (per offset, then a strided view). Backends

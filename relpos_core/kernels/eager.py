@@ -1,6 +1,6 @@
 """The eager backend: softmax(scale (q k^T + vector terms) + scalar terms) v, written out.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). The only backend that
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). The only backend that
 can apply a *value* term (Shaw's a^V changes the output, not the logits), and the
 reference the fused backends are tested against. Causality is a boolean mask applied
 to the logits, never part of a bias. Rows whose mask hides every key return 0 (as SDPA

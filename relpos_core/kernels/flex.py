@@ -1,6 +1,6 @@
 """The FlexAttention backend: the position term computed inside the tile loop, never materialised.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb).
+Book: "What it costs" (chapters/11_what_it_costs.ipynb).
 ``torch.nn.attention.flex_attention`` (PyTorch 2.5+) takes a ``score_mod(score, b, h,
 q_idx, kv_idx)`` that edits each logit inside the fused kernel, and a ``BlockMask`` that
 says which (query block, key block) tiles to compute at all. Here the score_mod is built

@@ -1,6 +1,6 @@
 """The three forms, what every backend does first, and the one logit composition.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb).
+Book: "What it costs" (chapters/11_what_it_costs.ipynb).
 
 A *form* says how a position term becomes numbers: ``naive`` (per pair), ``gather``
 (per row or offset, then indexed), ``skew`` (per offset, then a strided view). A

@@ -1,6 +1,6 @@
 """The gather form: score against the few distinct rows or offsets, then index per pair.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). Shaw et al. (2018)
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). Shaw et al. (2018)
 note that only 2k + 1 relative vectors exist, so q @ E^T is an [Lq, 2k + 1] matrix (one
 batched matmul) and the [Lq, Lk] relative logits are a gather from it by row index:
 O(L k) extra numbers instead of O(L^2 d), plus the int64 [Lq, Lk] index that

@@ -1,6 +1,6 @@
 """Work done once per shape: the keys and small caches that ``rp.attend``, the rotation and the model share.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). A training step calls
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). A training step calls
 ``rp.attend`` once per layer with the same shapes every time; what follows from the shapes
 alone (the checks, the positions, the refusals, the byte count, RoPE's cos and sin) need
 not be derived again on every call. Three caches use the keys built here:

@@ -1,6 +1,6 @@
 """The naive form: every position quantity materialised per (query, key) pair.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). This is each paper's
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). This is each paper's
 equations written out literally, the baseline the other forms are measured against:
 
 * vector terms (Shaw et al., 2018; DeBERTa, He et al., 2021; Transformer-XL, Dai et al.,

@@ -1,6 +1,6 @@
 """RoPE past its training length: the context-extension scalings, as ``Rotary.scaling`` objects.
 
-Book: "RoPE past its training length" (chapters/06b_rope_context_extension.ipynb);
+Book: "RoPE past its training length" (chapters/07_rope_context_extension.ipynb);
 the KV cache of a scaled model in "The KV cache at the scale of real models".
 
 A RoPE model trained on sequences of ``L`` tokens has only ever seen angles

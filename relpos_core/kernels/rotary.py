@@ -1,7 +1,7 @@
 """Rotary maths: turn queries and keys by angles proportional to their positions.
 
 Book: "RoPE and ALiBi" (chapters/06_rope_and_alibi.ipynb); the cache layouts
-in "The KV cache" (chapters/07_the_kv_cache.ipynb). The scheme (what RoPE and
+in "The KV cache" (chapters/08_the_kv_cache.ipynb). The scheme (what RoPE and
 xPos are, their papers, their declarations) lives in ``relpos_core.schemes.rope`` and
 ``relpos_core.schemes.xpos``; this module is the kernel-level maths every path shares.
 

@@ -1,6 +1,6 @@
 """The SDPA backend: the position term as a dense ``attn_mask`` to scaled_dot_product_attention.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). Works for any logit
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). Works for any logit
 term (T5, ALiBi, the Shaw key term, DeBERTa's c2p + p2c, Transformer-XL's (b) + (d)),
 costs a (1|B, H, Lq, Lk) tensor, and changes which fused backend runs, so the backend is
 *detected*, not assumed (``relpos_core.measure.backends``; forcing one: ``kernels.sdpa_backends``). What holds where:
@@ -9,7 +9,7 @@ costs a (1|B, H, Lq, Lk) tensor, and changes which fused backend runs, so the ba
   3-D mask or a mask that requires grad falls back to ``math``. So the bias is passed 4-D.
 * CUDA: FlashAttention takes no ``attn_mask`` at all ("No available kernel"); cuDNN and
   memory-efficient attention accept a dense mask (on an H200 the default order picks
-  cuDNN first: ``../shared/reference`` data, plotted in chapters/08_what_it_costs.ipynb).
+  cuDNN first: ``../shared/reference`` data, plotted in chapters/11_what_it_costs.ipynb).
 
 Causality: with no bias, no sliding window and Lq == Lk it is SDPA's own ``is_causal``;
 otherwise a boolean (Lq, Lk) mask (a sliding window included: ``Positions.visible``), or

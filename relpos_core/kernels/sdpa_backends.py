@@ -1,7 +1,7 @@
 """SDPA's backends: which exist where, and forcing one so a fallback fails loudly.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb) and "Failure modes"
-(chapters/09_failure_modes.ipynb): a silent kernel fallback, where a dense
+Book: "What it costs" (chapters/11_what_it_costs.ipynb) and "Failure modes"
+(chapters/12_failure_modes.ipynb): a silent kernel fallback, where a dense
 bias pushes ``scaled_dot_product_attention`` onto the slow, quadratic-memory math path.
 
 Each backend runs as an aten op of its own (``relpos_core.measure.backends`` detects which

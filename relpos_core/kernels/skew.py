@@ -1,7 +1,7 @@
 """The skew form: relative logits by reinterpreting memory instead of indexing it.
 
 Book: "Shaw et al. and the Music Transformer's skew"
-(chapters/02_shaw_and_skew.ipynb); costs in "What it costs" (chapters/08_what_it_costs.ipynb).
+(chapters/02_shaw_and_skew.ipynb); costs in "What it costs" (chapters/11_what_it_costs.ipynb).
 
 The Music Transformer (Huang et al., 2018) computes Q E^T against one embedding per
 *distance*, pads a zero column, reinterprets the buffer and drops a row: entry (i, j) then

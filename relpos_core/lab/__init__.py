@@ -1,7 +1,7 @@
 """The experiments lab: tiny transformers that differ only in their position scheme, trained
 on synthetic tasks on a CPU until they solve them (or a cap), evaluated up to 512 tokens
-("Synthetic tasks": chapters/10_experiments_length.ipynb and
-chapters/10_experiments_marker.ipynb).
+("Synthetic tasks": chapters/14_experiments_length.ipynb and
+chapters/15_experiments_marker.ipynb).
 
 ``python -m relpos_core.lab --preset book`` runs the chapter's experiments on a reduced
 grid; ``--preset full`` is what the chapter reads (committed as

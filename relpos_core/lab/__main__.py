@@ -1,6 +1,6 @@
 """``python -m relpos_core.lab --preset {tiny,book,full}``: train the lab's models and write results.
 
-Book: "Synthetic tasks" (chapters/10_experiments_length.ipynb, chapters/10_experiments_marker.ipynb).
+Book: "Synthetic tasks" (chapters/14_experiments_length.ipynb, chapters/15_experiments_marker.ipynb).
 
 Writes a results file (``--out``, default ``./relpos-results/lab-<preset>-<time>.json``)
 with provenance and PNG plots beside it. Every argument and the output path are checked

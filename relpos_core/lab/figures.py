@@ -1,8 +1,8 @@
 """Figures of a lab run: plotly figures for the chapter (through ``rp.figures``) and
 matplotlib PNGs for ``python -m relpos_core.lab``.
 
-Book: "Synthetic tasks" (chapters/10_experiments_length.ipynb,
-chapters/10_experiments_marker.ipynb). plotly and matplotlib
+Book: "Synthetic tasks" (chapters/14_experiments_length.ipynb,
+chapters/15_experiments_marker.ipynb). plotly and matplotlib
 are imported inside the functions, never when the module is imported. Labels and line
 styles come from the scheme declarations; one colour per scheme across every figure.
 """

@@ -1,6 +1,6 @@
 """The evidence a decision guide reads from a lab run: levels and comparisons over every run.
 
-Book: "Choosing a scheme" (chapters/11_choosing_a_scheme.ipynb).
+Book: "Choosing a scheme" (chapters/16_choosing_a_scheme.ipynb).
 
 The guide states a number only with its interval and its number of runs, and a claim only
 where it holds at every learning rate the run has. These helpers read the committed lab

@@ -1,6 +1,6 @@
 """The lab's models: the library's one transformer, with a classifier head, for every scheme.
 
-Book: "Synthetic tasks" (chapters/10_experiments_length.ipynb, chapters/10_experiments_marker.ipynb). A lab model is
+Book: "Synthetic tasks" (chapters/14_experiments_length.ipynb, chapters/15_experiments_marker.ipynb). A lab model is
 ``relpos_core.models.Transformer`` (pre-LayerNorm blocks, GELU MLP, final LayerNorm)
 with ``num_outputs`` = the task's classes and ``causal`` = the task's; the position
 scheme, from its declaration, is the only difference between two models of one

@@ -1,6 +1,6 @@
 """Presets: what the lab trains, on which tasks, how long, and with how many seeds and learning rates.
 
-Book: "Synthetic tasks" (chapters/10_experiments_length.ipynb, chapters/10_experiments_marker.ipynb).
+Book: "Synthetic tasks" (chapters/14_experiments_length.ipynb, chapters/15_experiments_marker.ipynb).
 
 * ``tiny``: a few runs of every task, a few steps each: a pipeline check for pytest and
   nbval (seconds). Its accuracies mean nothing.

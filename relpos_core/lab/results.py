@@ -1,6 +1,6 @@
 """Results of a lab run: JSON with provenance, and the statistics the chapter reads from it.
 
-Book: "Synthetic tasks" (chapters/10_experiments_length.ipynb, chapters/10_experiments_marker.ipynb).
+Book: "Synthetic tasks" (chapters/14_experiments_length.ipynb, chapters/15_experiments_marker.ipynb).
 
 A results file is one JSON object:
 

@@ -1,6 +1,6 @@
 """Synthetic tasks for the lab: seeded generators whose labels are right by construction.
 
-Book: "Synthetic tasks" (chapters/10_experiments_length.ipynb, chapters/10_experiments_marker.ipynb).
+Book: "Synthetic tasks" (chapters/14_experiments_length.ipynb, chapters/15_experiments_marker.ipynb).
 
 Every task draws a batch with ``sample(batch_size, length, generator)`` and returns a
 :class:`Batch`: ``tokens`` (B, L) int64, ``targets`` (B, L) int64 holding the class to

@@ -1,6 +1,6 @@
 """Train one lab model until it solves its task (or a cap), evaluate it at every probe.
 
-Book: "Synthetic tasks" (chapters/10_experiments_length.ipynb, chapters/10_experiments_marker.ipynb).
+Book: "Synthetic tasks" (chapters/14_experiments_length.ipynb, chapters/15_experiments_marker.ipynb).
 
 Training stops when the training accuracy, pooled over the last ``solve_window`` steps,
 reaches ``solve_threshold`` (``SolveTracker``; the record's ``solved`` and ``solved_at``).
@@ -19,7 +19,7 @@ model of a task sees the same batches and is scored on the same rows, whatever i
 learning rate (the comparisons between schemes are paired), and the same seed gives the
 same numbers again on the same machine (same CPU instruction set, torch build and
 thread count; another CPU may differ in the last bits, which a long training run can
-amplify: chapters/10_experiments_length.ipynb). Seeds are derived with crc32, not Python's salted ``hash``.
+amplify: chapters/14_experiments_length.ipynb). Seeds are derived with crc32, not Python's salted ``hash``.
 
 Optimiser: Adam (no weight decay, so rows of a learned table that never get a gradient
 keep their initial values; ``foreach``, bit for bit the numbers of the per-parameter loop),

@@ -1,7 +1,7 @@
 """The language-model lab: byte-level causal models of CPython's standard-library source that
 differ only in their position scheme, evaluated at 1x-16x their training length in bits per
 byte and with a passkey probe, and the RoPE context-extension methods measured on them
-("Evidence from a language model": chapters/10_language_model.ipynb).
+("Evidence from a language model": chapters/13_language_model.ipynb).
 
 ``python -m relpos_core.lm --preset book`` trains a small run; ``--preset full`` is the
 committed run (``relpos_core/data/lm-full.json``, read with ``results.load_committed()``).

@@ -1,6 +1,6 @@
 """``python -m relpos_core.lm --preset {tiny,book,full}``: train the byte-level language models, evaluate, extend.
 
-Book: "Evidence from a language model" (chapters/10_language_model.ipynb).
+Book: "Evidence from a language model" (chapters/13_language_model.ipynb).
 
 Writes one results file (``--out``, default ``./relpos-results/lm-<preset>-<time>.json``)
 with both stages (the base models of every scheme and seed, then the RoPE extension

@@ -1,6 +1,6 @@
 """The language model's text: the bytes of CPython's standard-library source, pinned by hash.
 
-Book: "Evidence from a language model" (chapters/10_language_model.ipynb).
+Book: "Evidence from a language model" (chapters/13_language_model.ipynb).
 
 Every machine that runs the book has a Python, and every Python ships its standard
 library as ``.py`` source (``sysconfig.get_paths()["stdlib"]``), so this corpus needs no

@@ -1,6 +1,6 @@
 """Presets of the language-model lab: model shape, schemes, training, evaluation and the extension stage.
 
-Book: "Evidence from a language model" (chapters/10_language_model.ipynb).
+Book: "Evidence from a language model" (chapters/13_language_model.ipynb).
 
 * ``tiny``: a pipeline check (seconds): three schemes, a few steps, short lengths. Its
   numbers mean nothing.

@@ -1,6 +1,6 @@
 """Results of the language-model lab: the JSON with provenance, and the tables the book reads.
 
-Book: "Evidence from a language model" (chapters/10_language_model.ipynb) describes the lab
+Book: "Evidence from a language model" (chapters/13_language_model.ipynb) describes the lab
 and reads the committed run.
 
 A results file holds ``{"format", "preset", "corpus", "provenance", "runs", "complete"}``;

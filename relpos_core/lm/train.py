@@ -1,6 +1,6 @@
 """Train a byte-level language model per scheme, evaluate it at 1x-16x its training length, extend RoPE.
 
-Book: "Evidence from a language model" (chapters/10_language_model.ipynb).
+Book: "Evidence from a language model" (chapters/13_language_model.ipynb).
 
 Models: the library's one transformer (``relpos_core.models.Transformer``, built as the
 lab builds its models, ``relpos_core.lab.models``) with ``vocab_size = num_outputs = 256``

@@ -1,6 +1,6 @@
 """Analytic byte counts: the peak memory a kernel path will allocate, before it allocates any.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). ``peak_bytes`` asks the pieces:
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). ``peak_bytes`` asks the pieces:
 every piece of a term declares the tensors it materialises on a path
 (``Piece.allocations``, ``relpos_core.pieces.base``: shapes and dtypes), and the count
 adds them to the kernel's own few tensors, in the order the kernel holds them:

@@ -1,7 +1,7 @@
 """Which SDPA backend actually ran: read from the profiler, never assumed.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb) and "Failure modes"
-(chapters/09_failure_modes.ipynb): a silent kernel fallback, where a dense
+Book: "What it costs" (chapters/11_what_it_costs.ipynb) and "Failure modes"
+(chapters/12_failure_modes.ipynb): a silent kernel fallback, where a dense
 bias pushes ``scaled_dot_product_attention`` onto the slow, quadratic-memory math path.
 Forcing a backend (so that a fallback raises instead) sits beside the SDPA kernel path,
 in ``relpos_core.kernels.sdpa_backends``; its names are re-exported here.

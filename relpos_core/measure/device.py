@@ -1,8 +1,8 @@
 """The device to measure on: CUDA when there is one, with the dtype its fused kernels take.
 
-Book: the chapters that measure, 7 ("The KV cache", chapters/07_the_kv_cache.ipynb), 8
-("What it costs", chapters/08_what_it_costs.ipynb) and 9 ("Failure modes",
-chapters/09_failure_modes.ipynb): a reader with a GPU (Colab, say) measures on it, and
+Book: the chapters that measure, 7 ("The KV cache", chapters/08_the_kv_cache.ipynb), 8
+("What it costs", chapters/11_what_it_costs.ipynb) and 9 ("Failure modes",
+chapters/12_failure_modes.ipynb): a reader with a GPU (Colab, say) measures on it, and
 every such cell says which device ran and whether the kernel it timed was the fused one
 the text describes.
 

@@ -1,7 +1,7 @@
 """The path guard: refuse a kernel path over the memory budget, and name one that fits.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb), and "Failure modes"
-(chapters/09_failure_modes.ipynb). The failure mode "a materialised bias
+Book: "What it costs" (chapters/11_what_it_costs.ipynb), and "Failure modes"
+(chapters/12_failure_modes.ipynb). The failure mode "a materialised bias
 runs out of memory" (an fp32 bias of 16 heads at L = 16384 is 16 GiB) becomes an early,
 explained error: ``rp.attend`` counts the bytes a path will allocate
 (``relpos_core.measure.analytic.peak_bytes``) before allocating any of them, and over

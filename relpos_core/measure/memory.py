@@ -1,6 +1,6 @@
 """Peak memory of one call, measured (not a formula): CUDA allocator stats or the CPU profiler.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). Both devices report
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). Both devices report
 the same quantity: the highest number of bytes allocated *during* the call above what
 was allocated just before it (inputs that already exist are excluded; the call's output
 is included while it is alive).

@@ -1,6 +1,6 @@
 """Peak memory and the SDPA backend of many calls, from one profiler session (the benchmarks').
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). The same quantity
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). The same quantity
 ``rp.measure.measure_peak_memory`` measures and the same backend
 ``rp.measure.detect_sdpa_backend`` reports, for a list of calls at once: starting the
 profiler costs 0.05 to 0.3 s of CPU per session, so the kernel benchmark and the decode

@@ -1,7 +1,7 @@
 """Timing: one call (``measure_time``), and the bursts both benchmarks time side by side.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb) and "The KV
-cache" (chapters/07_the_kv_cache.ipynb). Absolute times drift from machine to machine, so
+Book: "What it costs" (chapters/11_what_it_costs.ipynb) and "The KV
+cache" (chapters/08_the_kv_cache.ipynb). Absolute times drift from machine to machine, so
 the book compares ratios taken in one run.
 
 ``burst(fn, iters, device)`` times ``iters`` calls in a row and reports the process's CPU

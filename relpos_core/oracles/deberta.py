@@ -2,7 +2,7 @@
 
 Book: "DeBERTa: content and position, disentangled" (chapters/05_deberta.ipynb: one
 layer rebuilt from ``deberta_c2p_p2c``, the EMD drawn from ``EnhancedMaskDecoder``) and
-the benchmark (``benchmark_module``, chapters/08_what_it_costs.ipynb).
+the benchmark (``benchmark_module``, chapters/11_what_it_costs.ipynb).
 
 The scheme itself (delta(i, j), the log buckets, its position term, its declaration) is
 ``relpos_core/schemes/deberta.py``; this file holds what is built *around* it to check it

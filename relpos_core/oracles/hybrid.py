@@ -1,7 +1,7 @@
 """Hugging Face's hybrid-layer models as relpos layer patterns: which layer rotates, with which
 base, on which window.
 
-Book: "The KV cache" (chapters/07_the_kv_cache.ipynb): what a window layer keeps.
+Book: "The KV cache" (chapters/08_the_kv_cache.ipynb): what a window layer keeps.
 
 Each function reads a Hugging Face config (an object with the attributes named below; no
 import of transformers here) and returns one layer string per layer, in the spelling of

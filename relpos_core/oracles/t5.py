@@ -1,8 +1,8 @@
 """Hugging Face-parity T5 modules: test oracles and the chapters' reference stack.
 
 Book: "T5: one scalar per head, looked up by bucket" (chapters/03_t5_buckets.ipynb, the
-stack whose checkpoint loads strictly), "Failure modes" (chapters/09_failure_modes.ipynb,
-a bias table per layer) and the benchmark (``benchmark_module``, chapters/08_what_it_costs.ipynb).
+stack whose checkpoint loads strictly), "Failure modes" (chapters/12_failure_modes.ipynb,
+a bias table per layer) and the benchmark (``benchmark_module``, chapters/11_what_it_costs.ipynb).
 
 The scheme itself (its buckets, its position term, its declaration) is
 ``relpos_core/schemes/t5.py``; this file holds what is built *around* it to check it

@@ -1,6 +1,6 @@
 """The kinds of position piece, one class each, all following ``base.Piece`` (see its docstring).
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). ``vectors``: tables of vectors
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). ``vectors``: tables of vectors
 read by row of offset (Shaw, DeBERTa, Transformer-XL); ``scalars``: biases per head (T5,
 ALiBi, Kerple, FIRE); ``rotary``: RoPE's rotation; ``contextual``: CoPE's positions counted
 by gates on q . k; ``forget``: forgetting attention's cumulative log-gates; ``length_scaling``:

@@ -1,6 +1,6 @@
 """The piece protocol: what every kind of position piece says about itself.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). A scheme's ``PositionTerm``
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). A scheme's ``PositionTerm``
 (``relpos_core.terms``) is a bundle of pieces; every kernel path walks its pieces and asks
 each one, never naming a piece class:
 

@@ -2,7 +2,7 @@
 
 Paper: Olga Golovneva, Tianlu Wang, Jason Weston and Sainbayar Sukhbaatar (2024),
 "Contextual Position Encoding: Learning to Count What's Important", arXiv:2405.18719.
-Book: "What it costs" (chapters/08_what_it_costs.ipynb), where its paths are tabulated.
+Book: "What it costs" (chapters/11_what_it_costs.ipynb), where its paths are tabulated.
 
 For a causal query i and a visible key j (eqs. 3-5 and the paper's code):
 

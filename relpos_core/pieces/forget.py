@@ -2,7 +2,7 @@
 
 Paper: Zhixuan Lin, Evgenii Nikishin, Xu Owen He and Aaron Courville (2025), "Forgetting
 Transformer: Softmax Attention with a Forget Gate", ICLR 2025, arXiv:2503.02130.
-Book: "What it costs" (chapters/08_what_it_costs.ipynb), where its paths are tabulated.
+Book: "What it costs" (chapters/11_what_it_costs.ipynb), where its paths are tabulated.
 
 Per head h and key t, a gate f_t = sigmoid(w_h . k_t + b_h) in (0, 1), and for a causal
 query i and a visible key j

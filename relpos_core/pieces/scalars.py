@@ -1,7 +1,7 @@
 """Scalar pieces: a bias per head added to the logit, unscaled.
 
 Book: "T5 buckets" (chapters/03_t5_buckets.ipynb), "RoPE and ALiBi"
-(chapters/06_rope_and_alibi.ipynb), "What it costs" (chapters/08_what_it_costs.ipynb).
+(chapters/06_rope_and_alibi.ipynb), "What it costs" (chapters/11_what_it_costs.ipynb).
 
 * ``ScalarTable``: table[h, ids(off)] (T5's buckets);
 * ``ScalarSlopes``: slope_h off, or -slope_h |off| (ALiBi);

@@ -1,7 +1,7 @@
 """Vector pieces: a table of vectors read by the row of each pair's offset.
 
 Book: "Shaw et al. and the Music Transformer's skew" (chapters/02_shaw_and_skew.ipynb),
-"What it costs" (chapters/08_what_it_costs.ipynb).
+"What it costs" (chapters/11_what_it_costs.ipynb).
 
 * ``QueryVectors``: logit_ij += (q_i + shift_h) . E[row(off_ij)] (Shaw's key term,
   DeBERTa's c2p, Transformer-XL's (b) + (d) with shift = v), scaled like q . k;

@@ -156,7 +156,7 @@ class AbsolutePosition(PositionModule):
     """A (max_positions, d_model) table added to the token embeddings; no attention term.
 
     A learned table's rows beyond the training length never get a gradient: with Adam and
-    no weight decay they keep their initial values (chapters/10_experiments_length.ipynb looks at that).
+    no weight decay they keep their initial values (chapters/14_experiments_length.ipynb looks at that).
     """
 
     def __init__(self, shape, options: AbsoluteOptions):

@@ -4,7 +4,7 @@ Paper: Press, Smith and Lewis (2022), "Train Short, Test Long: Attention with Li
 Biases Enables Input Length Extrapolation", ICLR 2022. Book: "RoPE and ALiBi"
 (chapters/06_rope_and_alibi.ipynb); ALiBi as T5 without the table in "T5: one
 scalar per head, looked up by bucket" (chapters/03_t5_buckets.ipynb); ALiBi in a KV cache
-in "The KV cache" (chapters/07_the_kv_cache.ipynb).
+in "The KV cache" (chapters/08_the_kv_cache.ipynb).
 
 Sign convention: ``query_minus_key``. The distance is ``i - j`` (query position minus key
 position), positive when the key comes *before* the query, and the bias is

@@ -1,7 +1,7 @@
 """The sign-convention table: which offset each scheme uses, and what a positive value means.
 
 Book: "Why relative positions" (chapters/01_why_relative_positions.ipynb) (and the
-failure mode "sign convention flipped" in "Failure modes", chapters/09_failure_modes.ipynb).
+failure mode "sign convention flipped" in "Failure modes", chapters/12_failure_modes.ipynb).
 The two conventions are defined in
 ``relpos_core.offsets``:
 

@@ -2,7 +2,7 @@
 
 Paper: Olga Golovneva, Tianlu Wang, Jason Weston and Sainbayar Sukhbaatar (2024),
 "Contextual Position Encoding: Learning to Count What's Important", arXiv:2405.18719.
-Book: "What it costs" (chapters/08_what_it_costs.ipynb) tabulates its paths.
+Book: "What it costs" (chapters/11_what_it_costs.ipynb) tabulates its paths.
 
 A token j counts for query i with the gate g_ij = sigmoid(q_i . k_j / sqrt(d)); the
 position of j seen from i is the number of counted tokens from j to i, p_ij =

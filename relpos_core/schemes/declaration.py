@@ -120,7 +120,7 @@ class LabRun:
 
 @dataclass(frozen=True)
 class Lab:
-    """Where the lab (chapters/10_experiments_length.ipynb, ``relpos_core.lab.presets``) trains a scheme.
+    """Where the lab (chapters/14_experiments_length.ipynb, ``relpos_core.lab.presets``) trains a scheme.
 
     ``tasks``: the full preset's language tasks it trains on ("marker", "marker_causal",
     "retrieval", "copy", "retrieval_gap"; a task it cannot train, such as a bidirectional one

@@ -4,7 +4,7 @@ Paper: Shanda Li, Chong You, Guru Guruganesh, Joshua Ainslie, Santiago Ontanon, 
 Zaheer, Sumit Sanghai, Yiming Yang, Sanjiv Kumar and Srinadh Bhojanapalli (2024),
 "Functional Interpolation for Relative Positions Improves Long Context Transformers",
 ICLR 2024 (arXiv:2310.04418). Book: the experiments
-(chapters/10_experiments_length.ipynb).
+(chapters/14_experiments_length.ipynb).
 
 Sign convention: ``query_minus_key``. The bias of query i and key j is
 

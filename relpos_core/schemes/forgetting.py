@@ -2,7 +2,7 @@
 
 Paper: Zhixuan Lin, Evgenii Nikishin, Xu Owen He and Aaron Courville (2025), "Forgetting
 Transformer: Softmax Attention with a Forget Gate", ICLR 2025, arXiv:2503.02130.
-Book: "What it costs" (chapters/08_what_it_costs.ipynb) tabulates its paths.
+Book: "What it costs" (chapters/11_what_it_costs.ipynb) tabulates its paths.
 
 Each token t has, per head, a forget gate f_t = sigmoid(w^T x_t + b) in (0, 1); the logit
 of query i and key j gains D_ij = sum_{l = j+1}^{i} log f_l (eq. 3-4 of the paper), added

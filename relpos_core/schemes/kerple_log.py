@@ -3,7 +3,7 @@
 Paper: Ta-Chung Chi, Ting-Han Fan, Peter J. Ramadge and Alexander I. Rudnicky (2022),
 "KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation", NeurIPS 2022.
 Book: "RoPE and ALiBi" (chapters/06_rope_and_alibi.ipynb), where ALiBi is its
-special case; the experiments (chapters/10_experiments_length.ipynb).
+special case; the experiments (chapters/14_experiments_length.ipynb).
 
 Sign convention: ``query_minus_key``; the kernel reads the distance |i - j|. Two kernels,
 each with two learned positive numbers per head, r1 and r2 (this file declares both: the

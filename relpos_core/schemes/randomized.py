@@ -2,7 +2,7 @@
 
 Paper: Ruoss, Deletang, Genewein, Grau-Moya, Csordas, Bennani, Legg and Veness (2023),
 "Randomized Positional Encodings Boost Length Generalization of Transformers", ACL 2023.
-Book: "Synthetic tasks" (chapters/10_experiments_length.ipynb).
+Book: "Synthetic tasks" (chapters/14_experiments_length.ipynb).
 
 The observation behind it: a model trained on sequences of at most N tokens sees only
 positions (and offsets) below N, so a longer input at test time meets position values
@@ -115,7 +115,7 @@ class RandomizedPosition(PositionModule):
 
 SCHEME = Scheme(
     name="randomized", color="#7766ff", short="rand. RoPE", display="randomised RoPE", paper="Ruoss et al. 2023", cite="ruoss2023randomized",
-    chapter="10_experiments_length", convention="key_minus_query",
+    chapter="14_experiments_length", convention="key_minus_query",
     formula=r"q_i^\top R\big((p_j - p_i)\,\theta\big)\, k_j,\ p \text{ sorted, drawn from } [0, L)",
     code="relpos_core.schemes.randomized.random_sorted_positions", injects="rotation of q and k",
     summary="RoPE at sorted random positions from a longer range in training (Ruoss et al.)",

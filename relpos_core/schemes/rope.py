@@ -3,7 +3,7 @@
 Paper: Su, Lu, Pan, Murtadha, Wen and Liu (2021), "RoFormer: Enhanced Transformer with
 Rotary Position Embedding", arXiv:2104.09864.
 Book: "RoPE and ALiBi" (chapters/06_rope_and_alibi.ipynb); RoPE in a KV
-cache (rotated or unrotated keys) in "The KV cache" (chapters/07_the_kv_cache.ipynb).
+cache (rotated or unrotated keys) in "The KV cache" (chapters/08_the_kv_cache.ipynb).
 
 Sign convention: ``key_minus_query``. Rotating q_i by angle i*theta and k_j by j*theta gives
 ``(R_i q)^T (R_j k) = q^T R((j - i) theta) k``: the score depends only on ``j - i``
@@ -22,7 +22,7 @@ maths shared with xPos and the context-extension scalings: ``relpos_core.kernels
 (``apply_rope``, ``rope_cos_sin`` and ``rotate_half`` are re-exported here).
 
 Past the training length ("RoPE past its training length",
-chapters/06b_rope_context_extension.ipynb): the
+chapters/07_rope_context_extension.ipynb): the
 ``scaling`` option takes a dict shaped like Hugging Face's ``rope_scaling``
 (``{"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 2048}``; types
 ``linear``, ``ntk``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``) or a scaling object of

@@ -3,7 +3,7 @@
 Paper: Ta-Chung Chi, Ting-Han Fan, Alexander I. Rudnicky and Peter J. Ramadge (2023),
 "Dissecting Transformer Length Extrapolation via the Lens of Receptive Field Analysis",
 ACL 2023. Book: "RoPE and ALiBi" (chapters/06_rope_and_alibi.ipynb), whose ALiBi it
-explains; "What it costs" (chapters/08_what_it_costs.ipynb) tabulates its paths.
+explains; "What it costs" (chapters/11_what_it_costs.ipynb) tabulates its paths.
 
 With sinusoidal embeddings p of ``dims`` dimensions (frequencies w_k = 10000^(-2k / dims),
 k = 1 .. dims / 2), p_i . p_j = sum_k cos((i - j) w_k): a function of the offset alone,

@@ -4,7 +4,7 @@ Paper: Raffel, Shazeer, Roberts, Lee, Narang, Matena, Zhou, Li and Liu (2020),
 "Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer",
 JMLR 21. Book: "T5: one scalar per head, looked up by bucket"
 (chapters/03_t5_buckets.ipynb); T5 in a KV cache in "The KV cache"
-(chapters/07_the_kv_cache.ipynb).
+(chapters/08_the_kv_cache.ipynb).
 
 Sign convention: ``key_minus_query``. The offset is ``j - i`` (key position minus query
 position), exactly as Mesh TensorFlow and Hugging Face compute it, so a positive offset

@@ -3,7 +3,7 @@
 Paper: Yutao Sun, Li Dong, Barun Patra, Shuming Ma, Shaohan Huang, Alon Benhaim, Vishrav
 Chaudhary, Xia Song and Furu Wei (2023), "A Length-Extrapolatable Transformer", ACL 2023
 (arXiv:2212.10554). Book: "RoPE and ALiBi" (chapters/06_rope_and_alibi.ipynb),
-as a RoPE variant; the experiments (chapters/10_experiments_length.ipynb).
+as a RoPE variant; the experiments (chapters/14_experiments_length.ipynb).
 
 Sign convention: ``key_minus_query``, as RoPE. The query at n is rotated by n theta and
 scaled by ``zeta^(n / B)``, the key at m rotated by m theta and scaled by ``zeta^(-m / B)``,

@@ -1,6 +1,6 @@
 """The peer benchmark: relpos_core side by side with the implementations users run instead.
 
-Book: "What it costs" (chapters/08_what_it_costs.ipynb). ``python -m relpos_core.bench
+Book: "What it costs" (chapters/11_what_it_costs.ipynb). ``python -m relpos_core.bench
 --preset peers`` (or ``peers_quick``, the tests' tiny shape). One adapter file per peer
 library, each importing its library inside its functions (relpos_core imports without
 them; ``pip install 'relpos_core[bench]'`` installs them):
