@@ -549,6 +549,28 @@ def test_benchmark_figures_fit_a_screen_with_their_slider():
     assert len(set(rp.figures.bench.FORM_DASH.values())) == len(rp.figures.bench.FORM_DASH)  # a dash per form
 
 
+def test_a_slider_figure_with_its_legend_under_the_plot_puts_it_above_on_a_phone():
+    # under the plot the legend wraps onto more rows on a phone than the bottom margin holds
+    # and runs into the slider (the browser check found one): the narrow layout moves it
+    def make(lr):
+        fig = rp.figures.line([16, 64, 256], {f"s{i}": [0.1 * i, 0.2, 0.3] for i in range(8)},
+                              log_x=True, x_label="L", y_label="accuracy")
+        return fig.update_layout(legend=dict(y=-0.25, yanchor="top"), margin=dict(t=30, b=170))
+
+    fig = rp.figures.slider(make, [1e-3, 3e-3], name="learning rate").static_figure()
+    assert fig.layout.legend.y == -0.25  # the wide layout keeps the author's legend
+    assert fig.layout.sliders[0].pad.t >= 170  # and its slider under the legend's room
+    narrow = fig.layout.meta["relpos"]["narrow"]
+    assert narrow["layout"]["legend"]["y"] > 1 and narrow["layout"]["legend"]["yanchor"] == "bottom"
+    assert narrow["layout"]["sliders"][0]["pad"]["t"] < 170  # no empty room left under the axis
+    assert all(f.layout.meta["relpos"]["narrow"]["layout"]["legend"]["y"] > 1 for f in fig.frames)
+    def legend_on_top(value):
+        return rp.figures.line([1, 2], {"a": [1, value], "b": [2, 1]}, x_label="x", y_label="y")
+
+    above = rp.figures.slider(legend_on_top, [1, 2], name="x").static_figure()
+    assert "narrow" not in ((above.layout.meta or {}).get("relpos") or {})  # nothing to move
+
+
 def test_a_narrow_layout_must_draw_the_same_traces():
     go = pytest.importorskip("plotly.graph_objects")
     wide = go.Figure([go.Scatter(x=[1], y=[1]), go.Scatter(x=[1], y=[2])])

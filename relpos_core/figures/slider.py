@@ -18,12 +18,16 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from ._plotly import figure_mimebundle, plotly_modules
+from ._plotly import LEGEND_NARROW_BELOW, attach_narrow, figure_mimebundle, plotly_modules
 
 __all__ = ["slider", "SliderFigure", "value_label"]
 
 #: the height the slider control adds below the plot (px)
 SLIDER_PX = 80
+#: a slider figure's legend on a phone when its wide layout puts it under the plot: above the
+#: plot, as rp.figures.line draws it, with room below for the x axis only
+NARROW_LEGEND = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0)
+NARROW_ROOM_BELOW = 60
 
 
 
@@ -146,6 +150,25 @@ def frame_layout(fig) -> dict:
     return layout
 
 
+def _legend_below(layout: dict) -> bool:
+    """Whether a layout (plain JSON) puts its legend under the plot, where the slider goes."""
+    legend = layout.get("legend") or {}
+    return layout.get("showlegend") is not False and (legend.get("y") or 0) < 0
+
+
+def _legend_above_on_a_phone(fig):
+    """``fig``, with a narrow layout whose legend sits above the plot when its own legend is
+    under it: on a phone the legend wraps onto rows the bottom margin did not plan for and
+    would run into the slider (``_narrow_figure`` moves it where a narrow layout exists)."""
+    meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
+    if (meta.get("relpos") or {}).get("narrow") or not _legend_below(fig.layout.to_plotly_json()):
+        return fig
+    go, _ = plotly_modules()
+    narrow = go.Figure(fig)
+    narrow.update_layout(legend=NARROW_LEGEND, margin=dict(b=NARROW_ROOM_BELOW))
+    return attach_narrow(fig, narrow, below=LEGEND_NARROW_BELOW)
+
+
 def _narrow_figure(fig):
     """``fig`` in its narrow layout (``layout.meta.relpos.narrow``), or None if it has none."""
     go, _ = plotly_modules()
@@ -155,6 +178,9 @@ def _narrow_figure(fig):
         return None
     layout = fig.layout.to_plotly_json()
     layout.update(patch["layout"])
+    if _legend_below(layout):
+        layout["legend"] = {**layout["legend"], **NARROW_LEGEND}
+        layout["margin"] = {**(layout.get("margin") or {}), "b": NARROW_ROOM_BELOW}
     data = []
     for trace, change in zip(fig.data, patch.get("data") or [{}] * len(fig.data)):
         trace = trace.to_plotly_json()
@@ -214,7 +240,7 @@ class SliderFigure:
         fig = self.make_figure(value)
         if not isinstance(fig, go.Figure):
             raise ValueError(f"make_figure({value!r}) must return a plotly go.Figure, got {type(fig).__name__}")
-        return fig
+        return _legend_above_on_a_phone(fig)
 
     # -- live kernel ---------------------------------------------------------------
     @property
