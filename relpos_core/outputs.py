@@ -89,7 +89,7 @@ class Output:
         """``--out`` as given (None: the default path under ./relpos-results/)."""
         if out is None:
             return cls(default_path(tool, suffix), explicit=False, force=force, suffix=suffix)
-        return cls(Path(out), explicit=True, force=force, suffix=suffix)
+        return cls(out, explicit=True, force=force, suffix=suffix)
 
     @classmethod
     def for_command_line(cls, parser, out: str | None, *, tool: str, force: bool = False,

@@ -570,9 +570,10 @@ def test_a_device_this_machine_lacks_is_refused_before_any_file(tmp_path, capsys
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("out", [".", "..", "/"])
+@pytest.mark.parametrize("out", [".", "..", "/", "results/"])
 def test_out_naming_a_folder_is_refused_by_every_command_line(tmp_path, monkeypatch, capsys, out):
-    """Before: --out . ended in a traceback about an empty name (bench, decoding and lab alike)."""
+    """Before: --out . ended in a traceback about an empty name (bench, decoding and lab alike), and
+    --out results/ lost its slash to Path and was taken for a file named results."""
     from relpos_core.bench.__main__ import main as bench_main
     from relpos_core.decoding import bench as dbench
     from relpos_core.lab.__main__ import main as lab_main
