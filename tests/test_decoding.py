@@ -508,6 +508,21 @@ def test_a_window_without_sinks_keeps_the_original_positions(case):
     assert cache.positions.tolist() == [7, 8, 9] and not cache.contiguous
 
 
+def test_fire_window_without_sinks_reads_the_query_position():
+    """FIRE's normaliser psi(max(L, i)) reads the query's own position: with a small threshold (init_L = 2)
+    a FIFO window at original positions must keep the true positions 7 .. 9, not 0 .. K - 1 (issue 25 S1:
+    with init_L = 512 the error showed only from step 513 on)."""
+    cfg = rp.models.TransformerConfig(scheme="fire", position=dict(init_L=2.0), vocab_size=VOCAB, d_model=16,
+                                      num_heads=2, num_layers=2, max_positions=24)
+    model, tokens = rp.models.Transformer(cfg, seed=3, dtype=torch.float64), _tokens(10)
+    cache = model.new_cache(sinks=0, window=WINDOW, positions="original")
+    stepped = model.decode(tokens, cache, prefill=1, form="naive", backend="sdpa")
+    recomputed = model.recompute(tokens, sinks=0, window=WINDOW, positions="original", form="naive", backend="sdpa")
+    torch.testing.assert_close(stepped, recomputed, rtol=0, atol=1e-10)
+    renumbered = model.recompute(tokens, sinks=0, window=WINDOW, positions="cache", form="naive", backend="sdpa")
+    assert (stepped[:, -1] - renumbered[:, -1]).abs().max() > 1e-4  # the positions matter here
+
+
 def test_a_cache_refuses_another_models_weights_and_sizes():
     """Same config but other weights, or another vocabulary, MLP or max_positions: refused by name."""
     model = _model("rope")

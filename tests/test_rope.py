@@ -211,6 +211,23 @@ def test_rotary_positions_past_the_bound_are_refused_by_name():
         rp.attend(q, k, v, term, causal=True, query_offset=2**33)
     with pytest.raises(ValueError, match="positions must lie in"):
         rp.kernels.rotary.rope_cos_sin(torch.tensor([2**33]), 8)
+    with pytest.raises(ValueError, match=r"positions must lie in \[-2\*\*32, 2\*\*32\]"):
+        rope.apply_rope(q, torch.tensor([2**40, 2**40 + 1]))  # issue 25 S6: accepted before
+
+
+def test_the_docstrings_state_the_float16_xpos_limit():
+    """The span a float16 xPos call can scale, as the module docstrings state it ("about 6,800 positions";
+    kernels.rotary said 9,000, the decode-step overflow length of before the centring)."""
+    import re
+
+    from relpos_core.schemes import xpos
+
+    term = rp.registry.example_term("xpos", num_heads=1, head_dim=16, k=None)
+    limit = rp.kernels.rotary.xpos_limit(term.rotary.decay, 16, torch.float16)
+    for module in (rp.kernels.rotary, xpos):
+        stated = re.search(r"float16 self-attention over\s+about ([\d,]+) positions", module.__doc__)
+        assert stated is not None, module.__name__
+        assert abs(int(stated.group(1).replace(",", "")) - limit) <= 0.02 * limit, (module.__name__, limit)
 
 
 @pytest.mark.parametrize("dtype, length", [(torch.float16, 9_200), (torch.float16, 60_000), (torch.float32, 80_000)])

@@ -434,3 +434,19 @@ def test_a_trained_model_takes_a_scaling_at_evaluation():
             torch.testing.assert_close(scaled(tokens[:, :4]), plain(tokens[:, :4]), rtol=0, atol=1e-12)
         assert (out - plain(tokens)).abs().max() > 1e-4
     assert trained.state_dict().keys() == plain.state_dict().keys()
+
+
+@pytest.mark.parametrize("name", list(SCALINGS))
+def test_a_window_without_sinks_at_original_positions_equals_recomputation(name):
+    """sinks=0, window=3, positions="original": after the first eviction the kept keys sit at 11 .. 13, and
+    with the new token 4 positions fit the training length 4 only if renumbered: the dynamic scalings read
+    the true ones (LongRoPE's long factors, dynamic NTK's base), so decoding must pass them (issue 25 S1:
+    the cache called them contiguous, LongRoPE was off by 2.7)."""
+    model, tokens = _model(name), _tokens(14)
+    dynamic = rs.from_config(SCALINGS[name]).dynamic
+    recomputed = model.recompute(tokens, sinks=0, window=3, positions="original")
+    for layout in ["unrotated"] if dynamic else ["rotated", "unrotated"]:
+        cache = model.new_cache(sinks=0, window=3, positions="original", rope_layout=layout)
+        stepped = model.decode(tokens, cache, prefill=1)
+        torch.testing.assert_close(stepped, recomputed, rtol=0, atol=1e-10)
+        assert cache.positions.tolist() == [11, 12, 13]

@@ -21,7 +21,7 @@ centre c cancels in every score. It is the middle of [first query, last key]: th
 factor is then ``zeta_0^(-(last key - first query) / 2B)``, which is exactly 1 on a decode
 step (one query after every key) at any length; keys far behind the query get factors
 that shrink towards 0, as their float64 score does. A call whose largest factor would not
-fit the input dtype (a float16 self-attention over about 9,000 positions) is refused with
+fit the input dtype (a float16 self-attention over about 6,800 positions) is refused with
 a ValueError, not computed as inf or NaN (``xpos_limit``).
 
 Angles (position x theta_k) and xPos exponents are formed in float64 from the integer
@@ -238,4 +238,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, *, base: 
         check_tensor("positions", positions, ndim=(1, 2), dtype=INT_DTYPES, shape={-1: L})
         if positions.dim() == 2 and positions.shape[0] not in (1, B):
             raise ValueError(f"positions of shape (B, L) must have B = 1 or {B}, got {tuple(positions.shape)}")
+        if positions.numel() and not positions.is_meta:  # one device read, as rope_cos_sin
+            lo, hi = torch.stack([positions.min(), positions.max()]).to(torch.int64).tolist()
+            check_rotary_positions("positions", lo, hi)
     return rotate(x, positions, rotary)
