@@ -133,7 +133,7 @@ def figure_js() -> str:
       fit(gd);
       fitLegend(gd);
       if (spec.frames && spec.frames.length) {{
-        return Plotly.addFrames(gd, spec.frames.map(function (f) {{ return variant(f, narrow); }}));
+        return Plotly.addFrames(gd, spec.frames.map(function (f) {{ return asFrame(variant(f, narrow)); }}));
       }}
     }});
   }}
@@ -185,6 +185,15 @@ LAYOUT_JS = """
       out.data = obj.data.map(function (t, k) { return Object.assign({}, t, (patch.data || [])[k] || {}); });
     }
     return out;
+  }
+  // A slider frame without its height: every frame shares the figure's height, and on a
+  // phone fitLegend may have grown the figure past it; a frame that set the height back
+  // would lay the axes out for the smaller figure inside the grown one.
+  function asFrame(frame) {
+    if (!frame.layout || !("height" in frame.layout)) { return frame; }
+    var layout = Object.assign({}, frame.layout);
+    delete layout.height;
+    return Object.assign({}, frame, {layout: layout});
   }
   function isNarrow(div) {
     var meta = relposMeta(spec), width = div.clientWidth;

@@ -325,6 +325,24 @@ FIGURE_PROBLEMS = """i => {
       if (overlap > (horizontal ? 1 : 4)) { problems.push(`tick labels overlap by ${overlap.toFixed(0)} px`); break; }
     }
   });
+  // every subplot drawn for the figure's current size: its lines clipped to the plot's
+  // height and a bottom x axis under the plot (a slider frame that reset the height once
+  // drew the axis mid-plot and cut the lines)
+  Object.keys(full).filter(k => /^xaxis[0-9]*$/.test(k)).forEach(k => {
+    const xa = full[k], ya = xa._anchorAxis;
+    if (!ya || !ya._id || xa.visible === false) { return; }
+    const clip = gd.querySelector(`#clip${full._uid}${xa._id}${ya._id}plot rect`);
+    const drawn = clip && parseFloat(clip.getAttribute('height'));
+    if (drawn && Math.abs(drawn - ya._length) > 2) {
+      problems.push(`plot ${xa._id}${ya._id} clipped to ${drawn.toFixed(0)} px of its ${ya._length.toFixed(0)} px height`);
+    }
+    if (xa.side !== 'bottom' || !/^outside/.test(xa.ticklabelposition || 'outside')) { return; }
+    const top = gd.querySelector('svg.main-svg').getBoundingClientRect().top;
+    const bottom = top + ya._offset + ya._length;
+    const high = Array.from(gd.querySelectorAll(`.xaxislayer-above .${xa._id}tick text`))
+      .map(e => e.getBoundingClientRect()).filter(b => b.height > 0 && b.top < bottom - 2);
+    if (high.length) { problems.push(`${xa._id} axis labels drawn ${(bottom - high[0].top).toFixed(0)} px above the plot's bottom`); }
+  });
   return problems;
 }"""
 
