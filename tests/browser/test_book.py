@@ -423,7 +423,7 @@ TABLES = """() => {
     }).filter(p => p);
 }"""
 
-# Per figure: the toolbar covering text, the text of titles/legends/axes overlapping or
+# Per figure: the toolbar covering text, the text of titles/legends/axes/bar labels overlapping or
 # running outside the figure, heatmap numbers missing or unreadable, legend entries and
 # lines per plot, the figure's height against the screen.
 READER_FIGURE = """([i, minFont]) => {
@@ -439,7 +439,8 @@ READER_FIGURE = """([i, minFont]) => {
   const kinds = [['title', '.g-gtitle text'], ['panel title', '.annotation-text'],
                  ['axis title', '.g-xtitle text, .g-ytitle text, [class^="g-x"][class$="title"] text, [class^="g-y"][class$="title"] text'],
                  ['legend', '.legendtext'], ['colour bar', '.cbtitle text, .cbaxis text'],
-                 ['tick', '.xtick text, .ytick text'], ['slider', '.slider-label, .slider-current-value, .slider-currentvalue']];
+                 ['tick', '.xtick text, .ytick text'], ['slider', '.slider-label, .slider-current-value, .slider-currentvalue'],
+                 ['bar or point text', 'text.bartext, .textpoint text']];
   const texts = [];
   kinds.forEach(([kind, sel]) => gd.querySelectorAll(sel).forEach(e => {
     if (shown(e) && e.textContent.trim()) { texts.push({kind, e, b: box(e)}); }
