@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 H200_SHA256 = "0bd0254cba18f3b6ccfef1a6483a0d2d67d7551c41053884fc4961e4d5dbd05b"
 # every file a chapter reads; the names the chapters pass to rp.resources, rp.failures and rp.lab
 CHAPTER_DATA = {"bench-cpu.json", "bench-cpu-repeat.json", "kv_decode_cpu.json", "kv_scale_cpu.json", "lab-full.json",
-                "lab-recheck-gap.json", "lm-full.json", "lm-full-lr1e-3.json", "lm-hybrid.json",
+                "lab-recheck-gap.json", "lm-full.json", "lm-full-lr1e-3.json", "lm-long.json", "lm-hybrid.json",
                 "lm-hybrid-lr1e-3.json", "lab-hybrid.json",
                 "h200-2026-11-30.jsonl"}
 

@@ -20,7 +20,7 @@ Book: "Evidence from a language model" (chapters/13_language_model.ipynb).
   part trained the six schemes whose verdicts the language-model page stated first (those that
   hold, RoPE, FIRE and no position); the others were added by ``--resume`` under the same
   settings (the file's provenance records both parts).
-* ``long``: the full run at four times its training budget (4800 steps) for six schemes
+* ``long``: the full run at four times its training budget (4800 steps) for seven schemes
   (``LONG_SCHEMES``), no extension stage (``relpos_core/data/lm-long.json``).
 * ``hybrid_lr1e-3``: the hybrid preset at the same second learning rate
   (``relpos_core/data/lm-hybrid-lr1e-3.json``).
@@ -194,9 +194,11 @@ def _declared(preset: str) -> tuple[str, ...]:
     return tuple(s for s in DECODABLE if preset in schemes.lookup(s).lab.language_model)
 
 _BOOK_SCHEMES = _declared("book")
-# The long preset's schemes: the two that hold in the full run (ALiBi, forgetting attention), the rotary
-# scheme the extension methods start from, no position, and two that rise (T5's buckets, FIRE).
-LONG_SCHEMES: tuple[str, ...] = tuple(s for s in ("alibi", "forgetting", EXTENDED, NOPE, "t5", "fire") if s in DECODABLE)
+# The long preset's schemes: three that hold in the full run (ALiBi, forgetting attention, and Kerple-log,
+# the choice guide's first choice for a decoder past its training length), the rotary scheme the
+# extension methods start from, no position, and two that rise (T5's buckets, FIRE).
+LONG_SCHEMES: tuple[str, ...] = tuple(s for s in ("alibi", "forgetting", EXTENDED, NOPE, "t5", "fire", "kerple_log")
+                                      if s in DECODABLE)
 PRESETS = {
     "full": _FULL,
     "book": replace(_FULL, name="book",
@@ -229,10 +231,10 @@ PRESETS = {
                              lr=1e-3, schemes=(NOPE, EXTENDED, *HYBRID_PATTERNS), extensions=(), extension_seeds=(),
                              finetune_seeds=(), finetune_steps=0),
     # The full run at four times its training budget for the schemes whose verdicts the book states
-    # (those that hold, RoPE, and the ones that rise: no position, T5, FIRE), no extension stage: a
+    # (three that hold, RoPE, and the ones that rise: no position, T5, FIRE), no extension stage: a
     # finding of the full run is stated only where it also holds after longer training.
     "long": replace(_FULL, name="long",
-                    description="the full run's model, seeds, learning rate and evaluation for six schemes at four "
+                    description="the full run's model, seeds, learning rate and evaluation for seven schemes at four "
                                 "times the training budget (4800 steps, 9.8 M bytes), no extension stage",
                     schemes=LONG_SCHEMES, steps=4 * _FULL.steps, log_every=200, extensions=(), extension_seeds=(),
                     finetune_seeds=(), finetune_steps=0),

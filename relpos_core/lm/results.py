@@ -19,11 +19,12 @@ from relpos_core.provenance import machine
 
 __all__ = ["FORMAT", "COMMITTED", "build_results", "from_partial", "load_results", "load_committed", "committed_path", "base_runs",
            "extension_runs", "bpb_values", "passkey_accuracy", "bpb_table", "passkey_table", "extension_table",
-           "table_markdown", "results_text", "SECOND_LR", "change_verdict", "verdicts_at_both"]
+           "table_markdown", "results_text", "SECOND_LR", "LONG_BUDGET", "change_verdict", "verdicts_at_both"]
 
 FORMAT = "relpos-lm/1"
 COMMITTED = "lm-full.json"
 SECOND_LR = "lm-full-lr1e-3.json"  # the full run's model and budget at a second learning rate
+LONG_BUDGET = "lm-long.json"  # the full run at four times its training budget, for seven schemes
 
 
 def build_results(preset, runs: list[dict], *, corpus: dict, command: str, commit: str, wall_s: float,
