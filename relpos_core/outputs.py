@@ -219,17 +219,21 @@ def terminate_as_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def read_unfinished(output: Output, head_of) -> tuple[dict, list[dict]]:
+def read_unfinished(output: Output, head_of, *, missing=None) -> tuple[dict, list[dict]]:
     """(head, finished rows) of an interrupted run, for ``--resume``: its partial file, or its
     results file marked ``"complete": false`` (what Ctrl-C writes), whose head ``head_of(provenance)``
-    rebuilds. A finished run, or no file at all, is an error naming the path."""
+    rebuilds. A finished run is continued only when ``missing(rows)`` (the run ids its preset
+    names that the rows lack: the preset grew since) is not empty; otherwise it is an error
+    naming the path, as is no file at all."""
     if output.partial.is_file():
         head, rows = read_partial(output.partial)
         return head or {}, rows
     if output.path.is_file():
         old = json.loads(output.path.read_text())
         if old.get("complete") is not False:
-            raise ValueError(f"--resume: {output.path} is a finished run (complete: {old.get('complete')}): "
-                             f"nothing to continue")
+            lacking = sorted(missing(old["runs"])) if missing is not None else []
+            if not lacking:
+                raise ValueError(f"--resume: {output.path} is a finished run (complete: {old.get('complete')}): "
+                                 f"nothing to continue")
         return head_of(old["provenance"]), old["runs"]
     raise ValueError(f"--resume: neither {output.partial} nor {output.path} is there to continue")

@@ -265,3 +265,31 @@ def test_only_a_verdict_both_runs_give_survives_the_second():
     assert got["a"]["verdicts"] == ("holds", "holds") and got["a"]["agree"]
     assert got["b"]["verdicts"] == ("holds", "not shown") and not got["b"]["agree"]
     assert got["a"]["second"]["n"] == 3 and abs(got["a"]["second"]["mean"] + 0.021) < 1e-12
+
+
+def test_resume_continues_a_finished_run_only_when_its_preset_has_grown(tmp_path):
+    from relpos_core.outputs import Output, read_unfinished
+
+    path = tmp_path / "done.json"
+    rows = [{"run_id": "base/rope/seed0"}, {"run_id": "base/none/seed0"}]
+    path.write_text(json.dumps({"complete": True, "provenance": {"preset": "long"}, "runs": rows}))
+    output = Output.from_argument(str(path), tool="lm-long", force=True)
+    head_of = lambda p: {"preset": p["preset"]}  # noqa: E731
+    have = lambda rows: {r["run_id"] for r in rows}  # noqa: E731
+    grown = lambda rows: {"base/rope/seed0", "base/none/seed0", "base/alibi/seed0"} - have(rows)  # noqa: E731
+    head, done = read_unfinished(output, head_of, missing=grown)
+    assert head == {"preset": "long"} and done == rows  # the finished rows, to train only what is missing
+    for missing in (None, lambda rows: set()):  # nothing new to train: refused, naming the file
+        with pytest.raises(ValueError, match="finished run .*nothing to continue"):
+            read_unfinished(output, head_of, missing=missing)
+    assert json.loads(path.read_text())["runs"] == rows  # read, never rewritten
+
+
+def test_the_lm_resume_lists_the_runs_a_grown_preset_adds():
+    from relpos_core.lm.__main__ import _missing_runs
+    from relpos_core.lm.train import job_id
+
+    jobs = train.jobs_of(presets.get_preset("long"))  # ("base", scheme, seed)
+    first = [{"kind": kind, "scheme": scheme, "seed": seed} for kind, scheme, seed in jobs if scheme != "kerple_log"]
+    assert _missing_runs("long")(first) == {job_id(j) for j in jobs if j[1] == "kerple_log"}
+    assert _missing_runs("long")(first + [{"kind": "base", "scheme": "kerple_log", "seed": s} for s in (0, 1, 2)]) == set()

@@ -68,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _missing_runs(preset_name: str):
+    """The run ids of ``preset_name`` that finished rows lack (a finished run whose preset grew)."""
+    from .train import job_id, jobs_of, record_id
+
+    wanted = {job_id(j) for j in jobs_of(get_preset(preset_name))}
+    return lambda rows: wanted - {record_id(r) for r in rows}
+
+
 def main(argv=None) -> dict:
     ap = build_parser()
     args = ap.parse_args(argv)
@@ -78,7 +86,7 @@ def main(argv=None) -> dict:
     if args.resume:
         output = Output.from_argument(args.out, tool=tool, force=True)
         try:
-            head, done = read_unfinished(output, _head_of)
+            head, done = read_unfinished(output, _head_of, missing=_missing_runs(args.preset))
         except ValueError as err:
             ap.error(f"argument --resume: {err}")
         if head.get("preset") != args.preset:
