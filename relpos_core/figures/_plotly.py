@@ -239,7 +239,10 @@ LAYOUT_JS = """
     function resized() {
       if (div.clientWidth === width) { return; }
       width = div.clientWidth;
-      if (!width || isNarrow(div) === drawnNarrow || !div._fullLayout) { return; }
+      if (!width || !div._fullLayout) { return; }
+      // the column changed width without the window resizing (the page's styles arriving
+      // late on a busy machine): fit the drawn figure to it, as Plotly does on a window resize
+      if (isNarrow(div) === drawnNarrow) { Plotly.Plots.resize(div); return; }
       var slider = div.layout.sliders && div.layout.sliders[0], step = slider ? slider.active : null;
       Plotly.purge(div);
       draw().then(function () {

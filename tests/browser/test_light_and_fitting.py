@@ -165,3 +165,27 @@ def test_fit(browser, book_url, width):
     fixed = KNOWN_COLOUR_CLASHES - set(clashes)
     problems += [f"series {name!r} has one colour now: remove it from KNOWN_COLOUR_CLASHES" for name in sorted(fixed)]
     assert not problems, f"at {width} px:\n  " + "\n  ".join(problems)
+
+
+# Every figure's drawn width against its div's, after the article column narrows without
+# the window resizing (as when the page's styles arrive after the figures were drawn on a
+# busy machine): a figure drawn for the wider column was cut at its right edge.
+FIGURE_WIDTHS = """() => Array.from(document.querySelectorAll('.plotly-graph-div'))
+  .map(gd => [gd.clientWidth, gd._fullLayout ? gd._fullLayout.width : null])"""
+
+
+def test_a_figure_follows_its_column_when_the_column_narrows(browser, book_url):
+    context = browser.new_context(viewport={"width": WIDTHS["desktop"], "height": VIEWPORT_HEIGHT[WIDTHS["desktop"]]})
+    tab = context.new_page()
+    page = "chapters/13_language_model.html"  # plain line figures, their legends under the plot
+    tab.goto(book_url + page, wait_until="load")
+    assert all(s == "drawn" for s in tab.evaluate(DRAW_ALL))
+    before = tab.evaluate(FIGURE_WIDTHS)
+    tab.evaluate("() => { document.querySelector('article').style.maxWidth = '620px'; }")
+    tab.wait_for_function(f"() => Array.from(document.querySelectorAll('.plotly-graph-div'))"
+                          f".every(gd => gd.clientWidth < {min(w for w, _ in before)})", timeout=5_000)
+    tab.wait_for_timeout(1_500)  # the resize observer, then Plotly's redraw
+    after = tab.evaluate(FIGURE_WIDTHS)
+    context.close()
+    cut = [(i + 1, round(drawn), div) for i, (div, drawn) in enumerate(after) if drawn is None or abs(drawn - div) > 2]
+    assert not cut, f"{page}: figures (number, drawn px, column px) not redrawn for the narrower column: {cut}"
