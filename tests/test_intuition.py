@@ -73,13 +73,16 @@ def test_clock_turns_count_the_turns_of_slow_and_fast_pairs():
 
 
 def test_clock_slider_marks_hands_that_leave_their_arc():
-    slider = intuition.clock_hands_slider(positions=(0, 4095, 32768))
+    slider = intuition.clock_hands_slider(positions=(0, 4095, 6144, 32768))
     fig = slider.static_figure()
     assert fig.layout.height <= MAX_HEIGHT
     notes = [[a.text for a in frame.layout.annotations if "turns" in a.text]
              for frame in fig.frames]
     assert not any("off its arc" in t for t in notes[0] + notes[1])  # within training
+    # at 6144 pair 48 (wavelength 6283) is at 0.98 of a turn, past its 0.65 arc; at 32768 it
+    # has turned 5.2 times and points at 0.22 of a turn, on its arc; pair 63 is off it at both
     assert ["off its arc" in t for t in notes[2]] == [False, False, True, True]
+    assert ["off its arc" in t for t in notes[3]] == [False, False, False, True]
     with pytest.raises(ValueError, match="pairs must hold 1 to 4"):
         intuition.clock_hands_slider(pairs=(0, 1, 2, 3, 4))
 

@@ -133,7 +133,8 @@ def figure_js() -> str:
       fit(gd);
       fitLegend(gd);
       if (spec.frames && spec.frames.length) {{
-        return Plotly.addFrames(gd, spec.frames.map(function (f) {{ return asFrame(variant(f, narrow)); }}));
+        var frames = spec.frames.map(function (f) {{ return variant(f, narrow); }});
+        return Plotly.addFrames(gd, asFrames(frames, base.layout));
       }}
     }});
   }}
@@ -186,14 +187,25 @@ LAYOUT_JS = """
     }
     return out;
   }
-  // A slider frame without its height: every frame shares the figure's height, and on a
-  // phone fitLegend may have grown the figure past it; a frame that set the height back
-  // would lay the axes out for the smaller figure inside the grown one.
-  function asFrame(frame) {
-    if (!frame.layout || !("height" in frame.layout)) { return frame; }
-    var layout = Object.assign({}, frame.layout);
-    delete layout.height;
-    return Object.assign({}, frame, {layout: layout});
+  // Slider frames without what none of them changes. The height: every frame shares the
+  // figure's, and on a phone fitLegend may have grown the figure past it (a frame that set
+  // it back laid the axes out for the smaller figure inside the grown one). A layout key
+  // equal in every frame and in the drawn figure (a square plot's axes, whose ranges
+  // Plotly widened to keep the circle round): re-sent by a frame, it undoes what Plotly
+  // computed at the first draw.
+  function asFrames(frames, drawn) {
+    var same = function (a, b) { return JSON.stringify(a) === JSON.stringify(b); };
+    var keys = {};
+    frames.forEach(function (f) { Object.keys(f.layout || {}).forEach(function (k) { keys[k] = true; }); });
+    var fixed = Object.keys(keys).filter(function (k) {
+      return k === "height" || frames.every(function (f) { return f.layout && same(f.layout[k], drawn[k]); });
+    });
+    return frames.map(function (f) {
+      if (!f.layout) { return f; }
+      var layout = Object.assign({}, f.layout);
+      fixed.forEach(function (k) { delete layout[k]; });
+      return Object.assign({}, f, {layout: layout});
+    });
   }
   function isNarrow(div) {
     var meta = relposMeta(spec), width = div.clientWidth;

@@ -338,8 +338,10 @@ def _clock_figure(m: int, pairs, *, head_dim: int, base: float, train_length: in
         fig.add_annotation(x=cx, y=cy + 1.45, showarrow=False, font=dict(size=12, color=colour),
                            text=f"<b>pair {k}</b>, λ = {wave:,.0f}" if wave >= 100 else
                            f"<b>pair {k}</b>, λ = {wave:.1f}")
-        outside = m > train_length - 1 and float(trained[c]) < 1
         t = float(turns[c])
+        # off the arc: the hand points where no training position put it (a slow pair that
+        # completes its turn comes back onto angles it has seen)
+        outside = m > train_length - 1 and float(trained[c]) < 1 and t % 1 > float(trained[c])
         note = (f"{t:,.1f}" if t >= 100 else f"{t:.3g}") + " turns"
         note += "<br>off its arc" if outside else ""
         fig.add_annotation(x=cx, y=cy - 1.35, showarrow=False, font=dict(size=11), text=note)
@@ -365,7 +367,8 @@ def clock_hands_slider(pairs: Sequence[int] = (0, 32, 48, 63),
     is 0, clockwise), the grey arc it turned through over positions 0 .. L - 1 of training
     (``train_length``; the whole circle for a pair that completed a turn), and the turns
     made so far (:func:`clock_turns`). A slider moves the position m over ``positions``;
-    a slow pair's hand leaves its arc past the training length."""
+    past the training length a slow pair's hand leaves its arc, and is marked "off its arc"
+    while it points outside it (once its turn completes it sweeps the arc again)."""
     pairs = [check_int("pair", k, min_value=0, max_value=head_dim // 2 - 1) for k in pairs]
     if not 1 <= len(pairs) <= 4:
         raise ValueError(f"pairs must hold 1 to 4 pair indices (one clock each), got {len(pairs)}")
