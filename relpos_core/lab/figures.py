@@ -378,7 +378,9 @@ def clipping_figure(results: dict, *, budget: int = 1):
             fig.add_trace(go.Scatter(x=details, y=mean, mode="lines+markers", name=name, line=dict(color=col),
                                      error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo,
                                                   thickness=1, width=2)))
-        fig.update_layout(title=dict(text=f"{LABELS[family]}, {distance.describe(options)}", y=0.98), height=480,
+        # 13 px: "T5 buckets, 32 buckets, max_distance = 128" fits a phone's width on one line
+        fig.update_layout(title=dict(text=f"{LABELS[family]}, {distance.describe(options)}", y=0.98,
+                                     font=dict(size=13)), height=480,
                           xaxis=dict(title="offset r = marker position − token position",
                                      range=[-max_offset - 1, max_offset + 1], dtick=4),
                           yaxis=dict(title="accuracy (every run)", range=[0, 1.05]),
