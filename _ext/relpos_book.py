@@ -264,6 +264,9 @@ _ICON_FONT = re.compile(r'\s*<script defer src="[^"]*_static/scripts/fontawesome
 # the search's scripts (searchindex.js: 0.1 MB), in <head> of every page: deferred, so that
 # they no longer hold back the first paint (the search box needs them only when used)
 _SEARCH_SCRIPTS = re.compile(r'<script src="(?P<src>[^"]*(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js))"></script>')
+# the live sliders' widget state (each Output widget holds a copy of its figure: 0.3 MB on
+# the T5 page), which only a widget manager reads; the book loads none (nb_ipywidgets_js)
+_WIDGET_STATE = re.compile(r'\s*<script type="application/vnd\.jupyter\.widget-state\+json">.*?</script>', re.S)
 _CLASS_ATTR = re.compile(r'class="([^"]*)"')
 _STYLE = {"fas": "fa-solid", "far": "fa-regular", "fab": "fa-brands",
           "fa-solid": "fa-solid", "fa-regular": "fa-regular", "fa-brands": "fa-brands"}
@@ -290,8 +293,8 @@ def icons_drawn() -> set[tuple[str, str]]:
 
 def _lighten_pages(outdir: Path) -> None:
     """Every page without the theme's Font Awesome script (each icon it uses is drawn by
-    ``relpos-icons.css``, else the build fails: an icon would silently vanish) and with the
-    search's scripts deferred."""
+    ``relpos-icons.css``, else the build fails: an icon would silently vanish), without the
+    widget state no script of the book reads, and with the search's scripts deferred."""
     drawn, missing = icons_drawn(), {}
     for page in outdir.rglob("*.html"):
         if page.relative_to(outdir).parts[0].startswith("_"):
@@ -300,6 +303,7 @@ def _lighten_pages(outdir: Path) -> None:
         for icon in icons_used(html) - drawn:
             missing.setdefault(" ".join(icon), page.relative_to(outdir).as_posix())
         html = _ICON_FONT.sub("", html)
+        html = _WIDGET_STATE.sub("", html)
         html = _SEARCH_SCRIPTS.sub(lambda m: f'<script defer src="{m.group("src")}"></script>', html)
         if MATHJAX_ENTRY not in html and _MATH.search(html):  # no MathJax script: typeset here
             # math outside the body (a heading's formula in the theme's page contents), on a

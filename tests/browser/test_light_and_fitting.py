@@ -189,3 +189,11 @@ def test_a_figure_follows_its_column_when_the_column_narrows(browser, book_url):
     context.close()
     cut = [(i + 1, round(drawn), div) for i, (div, drawn) in enumerate(after) if drawn is None or abs(drawn - div) > 2]
     assert not cut, f"{page}: figures (number, drawn px, column px) not redrawn for the narrower column: {cut}"
+
+
+def test_no_page_carries_widget_state_nothing_reads():
+    """The live sliders' widget state (a copy of each figure inside its Output widget) is
+    read only by a widget manager, which the book does not load: it is dropped at build."""
+    state = "application/vnd.jupyter.widget-state+json"
+    heavy = [p for p in READ_PAGES if state in (HTML / p).read_text(encoding="utf-8")]
+    assert not heavy, f"pages with widget state in their HTML: {heavy}"
