@@ -36,6 +36,17 @@ def test_the_scan_names_the_tensor_and_passes_finite_extremes():
         rp.attend(x, x, x, term, form="gather")
 
 
+def test_finite_values_whose_sum_overflows_pass_the_scan():
+    """The fast check sums each tensor; a finite tensor whose sum overflows falls to the exact check."""
+    x = torch.full((1, 2, 64, 8), torch.finfo(torch.float32).max)
+    assert torch.isinf(x.sum())  # the fast check cannot decide it
+    _check_finite([("q", x), ("k", -x), ("v", x)])  # finite: accepted
+    y = x.clone()
+    y[0, 1, 3, 2] = float("nan")
+    with pytest.raises(ValueError, match="v holds non-finite"):
+        _check_finite([("q", x), ("k", -x), ("v", y)])
+
+
 def test_the_scan_allocates_nothing_for_q_k_v_dense_in_memory():
     """A (B, L, H, d) projection transposed to (B, H, L, d) is read in place (isfinite wrote 3.5 bytes per value)."""
     x = torch.randn(1, 256, 4, 32).transpose(1, 2)  # (B, H, L, d), not contiguous
