@@ -109,3 +109,22 @@ def test_a_missing_peer_library_is_reported_not_fatal(monkeypatch):
     monkeypatch.setattr(peers_run, "PEER_MODULES", peers_run.PEER_MODULES + ("relpos_core.bench.peers._absent",))
     found, missing = peers_run.peer_contenders()
     assert found and set(missing) == {"_absent"} and "pip install" in missing["_absent"]
+
+
+def test_a_path_over_the_memory_budget_is_refused_by_name_and_a_failure_is_reported(tmp_path, monkeypatch, capsys):
+    """The committed run's naive DeBERTa layer at L = 2048 (8.5 GiB over a 4 GiB budget) is a refusal, not an
+    error; a contender that raises is an error, and the command line names it (it raised KeyError: 'label')."""
+    peer = next(c for c in CONTENDERS if c.scheme == "deberta" and c.kind == "module")
+    p = dict(QUICK, budget=1024, repeats=1)  # 1 KiB: the naive DeBERTa paths are over it
+    result = peers_run.run_peers(p, log=lambda *a: None, contenders=[peer])
+    over = [r for r in result["rows"] if r["library"] == "relpos_core" and r["status"] != "ok"]
+    assert over and all(r["status"] == "refused" and "MemoryBudgetError" in r["reason"] for r in over), over
+
+    def broken(row):
+        raise RuntimeError("this contender cannot run")
+    failing = dataclasses.replace(peer, name="a peer that raises", build=broken)
+    monkeypatch.setattr(peers_run, "peer_contenders", lambda: ([failing], {}))
+    out = tmp_path / "peers.json"
+    assert bench_main(["--preset", "peers_quick", "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "a peer that raises: RuntimeError: this contender cannot run" in err, err

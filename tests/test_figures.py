@@ -515,6 +515,21 @@ def test_slider_frames_carry_their_narrow_layout_at_one_height():
     assert fig.layout.height <= rp.figures.style.MAX_HEIGHT
 
 
+def test_a_short_slider_frame_keeps_its_phone_colour_bar_under_its_plot():
+    """A frame with 2 rows takes the height of the frame with 16: its colour bar, below the plot on a
+    phone, stays the same px under it (it was placed for its own short plot and landed on the slider)."""
+    fig = rp.figures.slider(lambda H: rp.figures.heatmap(torch.randn(H, 16), annotate_max=0), [2, 16],
+                            name="H").static_figure()
+    below_px = []
+    for frame in fig.frames:
+        narrow = frame.layout.meta["relpos"]["narrow"]
+        m = narrow["layout"]["margin"]
+        plot = narrow["layout"]["height"] - m["t"] - m["b"]
+        (bar,) = [t["colorbar"] for t in narrow["data"] if t and t.get("colorbar")]
+        below_px.append(-bar["y"] * plot)
+    assert below_px[0] == pytest.approx(below_px[1]) and 0 < below_px[1] < 30
+
+
 def test_figure_script_hides_the_toolbar_and_follows_the_colour_mode():
     html = rp.figures._plotly.figure_mimebundle(offsets_figure(3))["text/html"]
     assert "displayModeBar: false" in html

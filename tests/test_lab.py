@@ -1014,3 +1014,19 @@ def test_the_compact_claims_table_has_one_column_per_learning_rate_and_the_verdi
     assert R.compact_claims_table([("a beats b", claim)], res, budget=1).splitlines()[2] == row  # eval_of: the same
     with pytest.raises(ValueError, match=r"budget must be one of \[1, 4\], got 2"):
         R.compact_claims_table([("a", claim)], res, budget=2)
+
+
+def test_the_length_figure_names_the_models_it_cannot_draw_past_the_training_length():
+    """A model no run of which solved the task has no point past the training length: the frame says so
+    (the copy task at the cap drew points at 32 tokens only, and an empty plot beyond)."""
+    res = R.only_complete_seeds(R.load_committed())
+    fig = lab.figures.length_figure(res, "copy").static_figure()
+    for frame in fig.frames:
+        drawn = [t for t in frame.data if t.mode == "lines+markers"]
+        missing = [t.name for t in drawn if all(y is None for y in t.y[1:])]
+        (note,) = [a for a in frame.layout.annotations if a.xref == "paper" and a.yref == "paper"]
+        assert note.visible == bool(missing)
+        if len(missing) == len(drawn):
+            assert "no run of any model solved the task" in note.text
+        else:
+            assert all(name in note.text for name in missing)

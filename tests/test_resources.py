@@ -17,7 +17,7 @@ H200_SHA256 = "0bd0254cba18f3b6ccfef1a6483a0d2d67d7551c41053884fc4961e4d5dbd05b"
 CHAPTER_DATA = {"bench-cpu.json", "bench-cpu-repeat.json", "kv_decode_cpu.json", "kv_scale_cpu.json", "lab-full.json",
                 "lab-recheck-gap.json", "lm-full.json", "lm-full-lr1e-3.json", "lm-long.json", "lm-hybrid.json",
                 "lm-hybrid-lr1e-3.json", "lab-hybrid.json",
-                "h200-2026-11-30.jsonl"}
+                "peers-cpu.json", "h200-2026-11-30.jsonl"}
 
 
 def test_every_file_the_chapters_read_is_package_data():

@@ -218,7 +218,7 @@ def _write(args, output: Output, result: dict) -> int:
     if errors:
         print(f"{len(errors)} row(s) failed:", file=sys.stderr)
         for r in errors:
-            print(f"  L={r['L']} {r['label']}: {r['reason']}", file=sys.stderr)
+            print(f"  L={r['L']} {r.get('label') or r.get('contender')}: {r['reason']}", file=sys.stderr)
         return 1
     return 0
 

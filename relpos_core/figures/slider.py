@@ -200,9 +200,23 @@ def _with_narrow(fig, narrow, height: int) -> dict:
     margin = narrow.layout.margin.to_plotly_json() if narrow.layout.margin else {}
     layout["margin"] = {**margin, "b": max(margin.get("b") or 0, 30) + SLIDER_PX}
     layout["height"] = height
-    relpos["narrow"] = dict(relpos["narrow"], layout=_plain(layout))
+    own_plot = (narrow.layout.height or 450) - (margin.get("t") or 0) - (margin.get("b") or 0)
+    plot = height - (margin.get("t") or 0) - layout["margin"]["b"]
+    data = [_below_plot_kept(change, own_plot, plot) for change in relpos["narrow"].get("data") or []]
+    relpos["narrow"] = dict(relpos["narrow"], layout=_plain(layout), **({"data": data} if data else {}))
     meta["relpos"] = relpos
     return meta
+
+
+def _below_plot_kept(change, own_plot: float, plot: float):
+    """A narrow trace change whose colour bar sits below the plot (paper y < 0, so many px under
+    it in the frame's own plot height) at the same px once the frame takes the slider's shared
+    height: a short frame's bar otherwise lands on the slider."""
+    bar = (change or {}).get("colorbar") or {}
+    y = bar.get("y")
+    if not isinstance(y, (int, float)) or y >= 0 or own_plot <= 0 or plot <= 0 or bar.get("yref") == "container":
+        return change
+    return {**change, "colorbar": {**bar, "y": y * own_plot / plot}}
 
 
 def _plain(layout: dict) -> dict:

@@ -114,6 +114,7 @@ def length_figure(results: dict, task: str, variants=None, *, lr: float | None =
                                     what="floor").values())["mean"] for p in probes]
         fig.add_trace(go.Scatter(x=xs, y=floor, mode="lines", name="position-free floor", line=FLOOR_STYLE,
                                  hovertemplate="floor %{y:.2f}<extra></extra>"))
+        unsolved = []
         for v in variants:
             run_id = f"{task}/{v}"
             means, lo, hi, text = [], [], [], []
@@ -126,11 +127,19 @@ def length_figure(results: dict, task: str, variants=None, *, lr: float | None =
                 lo.append(s["mean"] - s["min"] if s else 0)
                 hi.append(s["max"] - s["mean"] if s else 0)
                 text.append(f"{k} of {n} runs")
+            if all(m is None for m in means[1:]):
+                unsolved.append(label(v))
             fig.add_trace(go.Scatter(
                 x=xs, y=means, mode="lines+markers", name=label(v), text=text,
                 line=dict(color=color(v), dash=_dash(v), width=1.8), marker=dict(size=6),
                 error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo, thickness=1, width=3),
                 hovertemplate=f"{label(v)}<br>L = %{{x}}: %{{y:.2f}} (%{{text}})<extra></extra>"))
+        # a model no run of which solved the task has no point past the training length: say so on the plot
+        note = ("" if not unsolved else "no run solved the task in this budget:<br>" + ",<br>".join(unsolved)
+                if len(unsolved) < len(variants) else "no run of any model solved the task<br>in this budget: "
+                "nothing to show<br>past the training length")
+        fig.add_annotation(text=note, xref="paper", yref="paper", x=0.3, y=0.04, xanchor="left", yanchor="bottom",
+                           align="left", showarrow=False, font=dict(size=12, color="#555"), visible=bool(note))
         fig.update_layout(height=height, xaxis=dict(title=f"evaluation length L (trained at {setup['train_length']})",
                                                     type="log", tickvals=xs, ticktext=[str(x) for x in xs]),
                           yaxis=dict(title="accuracy", range=[0, 1.05]))

@@ -32,7 +32,7 @@ import relpos_core.registry as registry
 from relpos_core.attend import attend
 from relpos_core.bench import stats as bench_stats
 from relpos_core.bench.peers.common import Built, Contender, Row, kernel_causal, kernel_term
-from relpos_core.budget import memory_budget
+from relpos_core.budget import MemoryBudgetError, memory_budget
 from relpos_core.measure.timing import TimedCall, burst, interleaved
 from relpos_core.provenance import git_commit, machine
 
@@ -267,6 +267,9 @@ def run_peers(preset: dict, *, device="cpu", log=print, contenders: list[Contend
                             fn()  # first call: compile, caches
                             rec["first_call_s"] = time.perf_counter() - t0
                             est = max(burst(fn, 1, device)["cpu_ms"], 1e-3)
+                        except MemoryBudgetError as e:  # the path refuses this size: not a failure
+                            rec.update(status="refused", reason=f"{type(e).__name__}: {str(e).strip()[:300]}")
+                            continue
                         except Exception as e:  # noqa: BLE001 - recorded with its reason
                             rec.update(status="error", reason=f"{type(e).__name__}: {str(e).strip()[:300]}")
                             continue
