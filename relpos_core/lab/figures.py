@@ -134,18 +134,33 @@ def length_figure(results: dict, task: str, variants=None, *, lr: float | None =
                 line=dict(color=color(v), dash=_dash(v), width=1.8), marker=dict(size=6),
                 error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo, thickness=1, width=3),
                 hovertemplate=f"{label(v)}<br>L = %{{x}}: %{{y:.2f}} (%{{text}})<extra></extra>"))
-        # a model no run of which solved the task has no point past the training length: say so on the plot
-        note = ("" if not unsolved else "no run solved the task in this budget:<br>" + ",<br>".join(unsolved)
-                if len(unsolved) < len(variants) else "no run of any model solved the task<br>in this budget: "
-                "nothing to show<br>past the training length")
-        fig.add_annotation(text=note, xref="paper", yref="paper", x=0.3, y=0.04, xanchor="left", yanchor="bottom",
-                           align="left", showarrow=False, font=dict(size=12, color="#555"), visible=bool(note))
+        # a model no run of which solved the task has no point past the training length: said under the
+        # axis title (inside the plot it would cover the lines of the models that did)
+        note = ("" if not unsolved else _wrapped("not solved in this budget: " + ", ".join(unsolved))
+                if len(unsolved) < len(variants) else
+                _wrapped("no model solved the task in this budget: nothing to show past the training length"))
+        fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=0, yshift=-46, xanchor="left",
+                           yanchor="top", align="left", showarrow=False, font=dict(size=11, color="#555"),
+                           visible=bool(note))
         fig.update_layout(height=height, xaxis=dict(title=f"evaluation length L (trained at {setup['train_length']})",
                                                     type="log", tickvals=xs, ticktext=[str(x) for x in xs]),
                           yaxis=dict(title="accuracy", range=[0, 1.05]))
-        return _bottom_legend(fig, rows=math.ceil((len(variants) + 1) / 4))
+        fig = _bottom_legend(fig, rows=math.ceil((len(variants) + 1) / 4))
+        return fig.update_layout(margin=dict(b=130))  # the note's three lines under the axis title
 
     return _budgets_slider(results, make)
+
+
+def _wrapped(text: str, width: int = 40) -> str:
+    """``text`` in lines of at most ``width`` characters, broken at spaces (``<br>``): a phone's plot is
+    about 260 px wide."""
+    lines = [""]
+    for word in text.split(" "):
+        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
+            lines.append(word)
+        else:
+            lines[-1] = f"{lines[-1]} {word}".strip()
+    return "<br>".join(lines)
 
 
 def levels_figure(results: dict, task: str, probe: str, variants=None, *, budget: int | None = None,
