@@ -615,3 +615,11 @@ def test_the_position_bytes_figure_labels_its_kept_position_line_inside_the_plot
     (shape,), (note,) = fig.layout.shapes, fig.layout.annotations
     assert shape.y0 == series[kept][0] and note.text == kept
     assert math.log10(1e-3) < note.y < math.log10(1e5) and 10 ** note.y == pytest.approx(shape.y0)
+
+
+def test_the_cache_components_figure_names_every_row_on_a_phone():
+    """20 rows: plotly's automatic ticks named every other one at 390 px; every label is asked for."""
+    fig = rp.decoding.plots.components_figure(4096, num_layers=2, num_heads=4, head_dim=16, dtype=torch.float16)
+    names = list(fig.data[0].y)
+    assert len(names) == len(set(names)) >= 10
+    assert fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.type in (None, "category", "-")

@@ -172,7 +172,8 @@ def components_figure(context: int, *, num_layers: int, num_heads: int, head_dim
     fig.update_layout(barmode="stack", height=height, margin=dict(l=10, r=20, t=40, b=60),
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, traceorder="normal"),
                       xaxis=dict(title="KiB per cached token", range=[0, 1.05 * ceiling / 1024]),
-                      yaxis=dict(autorange="reversed", automargin=True))
+                      yaxis=dict(autorange="reversed", automargin=True, dtick=1,
+                                 tickfont=dict(size=11)))  # every row named, on a phone too
     return fig
 
 
