@@ -212,7 +212,7 @@ def levels_figure(results: dict, task: str, probe: str, variants=None, *, budget
     fig.update_layout(height=height or min(600, 150 + 34 * len(rows)),
                       xaxis=dict(title=f"accuracy at {probe.lstrip('L')} tokens (95% interval)", range=[0, 1.05]),
                       yaxis=dict(tickvals=list(range(len(rows))), ticktext=rows, autorange="reversed",
-                                 automargin=True, range=[len(rows) - 0.5, -0.5]),
+                                 zeroline=False, automargin=True, range=[len(rows) - 0.5, -0.5]),
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
                       margin=dict(l=20, r=20, t=80, b=60))
     return fig
@@ -311,7 +311,7 @@ def paired_figure(results: dict, comparisons, *, height: int | None = None):
     fig.update_layout(height=height or 140 + 48 * len(comparisons),
                       xaxis=dict(title="A − B, accuracy (95% interval)", range=[-1.05, 1.05]),
                       yaxis=dict(tickvals=list(range(len(labels))), ticktext=labels, autorange="reversed",
-                                 automargin=True),
+                                 zeroline=False, automargin=True),
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
                       margin=dict(l=20, r=20, t=80, b=60))
     return fig
