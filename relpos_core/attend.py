@@ -125,7 +125,7 @@ def _all_sums_finite(tensors: list[torch.Tensor]) -> bool:
     for t in tensors:
         s = t.sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)  # () accumulator
         total = s if total is None else total + s
-    return math.isfinite(float(total))
+    return math.isfinite(total.item())  # the one device read
 
 
 def _check_finite(tensors) -> None:

@@ -167,7 +167,7 @@ def test_page(browser, book_url, page, width):
         ".plotly-graph-div", "ds => ds.map((d, i) => (d.layout && d.layout.sliders && d.layout.sliders.length) ? i : -1).filter(i => i >= 0)"
     ):
         try:
-            check_slider(tab, "slider", index)
+            check_slider(tab, page, index)
         except AssertionError as err:  # every slider of the page is tried, then all is said
             reader_problems.append(str(err).splitlines()[0])
     assert not reader_problems, f"{page} at {width} px:\n  " + "\n  ".join(reader_problems)
@@ -381,6 +381,10 @@ def check_slider(tab, page, index):
         assert tab.evaluate(SIZE, index) == size, f"{page}: figure {index + 1}: step {step} changed the figure's size"
         problems = tab.evaluate(FIGURE_PROBLEMS, index)
         assert not problems, f"{page}: figure {index + 1}, slider step {step}: {problems}"
+        # what a reader reads (titles, labels, cell numbers) at every step, not only the first
+        read = [p for p in tab.evaluate(READER_FIGURE, [index, MIN_CELL_FONT_PX])["problems"]
+                if not pending(page, "cell numbers" if p.startswith("heatmap") else "titles")]
+        assert not read, f"{page}: figure {index + 1}, slider step {step}: {list(dict.fromkeys(read))}"
     assert seen[start] == tab.evaluate(DATA, index), f"{page}: figure {index + 1}: back at the start, different data"
 
 
