@@ -697,3 +697,20 @@ def test_heatmap_refuses_what_it_cannot_draw_by_name(matrix, kwargs, match):
 def test_heatmap_still_draws_masked_cells():
     m = torch.tensor([[0.0, float("-inf")], [1.0, 2.0]])
     assert rp.figures.heatmap(m) is not None
+
+
+def test_slider_frames_hide_the_annotations_another_step_added():
+    """Plotly animates annotations by index: a step with fewer must hide the rest (the skew's titles stayed)."""
+    import plotly.graph_objects as go
+
+    def make(n):
+        fig = go.Figure(go.Scatter(x=[0, 1], y=[0, n]))
+        for k in range(n):
+            fig.add_annotation(text=f"note {k}", x=k, y=0, showarrow=False)
+        return fig
+
+    fig = rp.figures.slider(make, [1, 3], name="n").static_figure()
+    counts = [len(f.layout.annotations) for f in fig.frames]
+    assert counts == [3, 3]
+    first = fig.frames[0].layout.annotations
+    assert first[0].text == "note 0" and [a.visible for a in first[1:]] == [False, False]

@@ -129,6 +129,11 @@ def figure_js() -> str:
     div.style.height = (layout.height || 450) + "px";
     var config = Object.assign({{responsive: true, displaylogo: false, displayModeBar: false}}, spec.config || {{}});
     return Plotly.newPlot(div, base.data, layout, config).then(function (gd) {{
+      // a frame's meta (its tick and cell-number plan) is not part of what Plotly animates: keep it
+      gd.on("plotly_animatingframe", function (e) {{
+        var m = e && e.frame && e.frame.layout && e.frame.layout.meta;
+        if (m) {{ gd.layout.meta = m; }}
+      }});
       gd.on("plotly_afterplot", function () {{ fit(gd); fitLegend(gd); }});
       fit(gd);
       fitLegend(gd);

@@ -189,12 +189,23 @@ def _narrow_figure(fig):
     return go.Figure(data=data, layout=layout)
 
 
-def _with_narrow(fig, narrow, height: int) -> dict:
+def _hide_missing_notes(layout: dict, count: int) -> dict:
+    """``layout`` with its annotations padded to ``count`` by invisible ones: a slider step with fewer
+    annotations than another must hide the other's extra ones (Plotly animates annotations by index and
+    leaves the rest drawn: the skew's "drop" titles stayed on the first step)."""
+    notes = [a.to_plotly_json() if hasattr(a, "to_plotly_json") else dict(a) for a in layout.get("annotations") or ()]
+    if len(notes) >= count:
+        return layout
+    hidden = dict(text="", visible=False, showarrow=False, x=0, y=0, xref="paper", yref="paper")
+    return {**layout, "annotations": notes + [dict(hidden) for _ in range(count - len(notes))]}
+
+
+def _with_narrow(fig, narrow, height: int, notes: int = 0) -> dict:
     """``fig``'s meta with its narrow layout made a frame layout like the wide one: explicit
     ranges, one height for every frame (the slider's room included) and room below."""
     meta = dict(fig.layout.meta)
     relpos = dict(meta["relpos"])
-    layout = frame_layout(narrow)
+    layout = _hide_missing_notes(frame_layout(narrow), notes)
     layout["meta"] = {"relpos": {k: v for k, v in ((layout.get("meta") or {}).get("relpos") or {}).items()
                                  if k != "narrow"}}  # the narrow layout's own tick and text plan
     margin = narrow.layout.margin.to_plotly_json() if narrow.layout.margin else {}
@@ -315,12 +326,16 @@ class SliderFigure:
         narrow_height = max((n.layout.height or 450 for n in narrow.values() if n is not None),
                             default=None)
         frames = []
+        # a step with fewer annotations than another must hide the other's extra ones: Plotly
+        # animates annotations by index and leaves the rest drawn (the skew's "drop" titles stayed)
+        most_notes = max([len(f.layout.annotations or ()) for f in figures.values()]
+                         + [len(n.layout.annotations or ()) for n in narrow.values() if n is not None])
         for v in self.values:
             fig = figures[repr(v)]
-            layout = frame_layout(fig)
+            layout = _hide_missing_notes(frame_layout(fig), most_notes)
             layout["height"] = height
             if narrow[repr(v)] is not None:
-                layout["meta"] = _with_narrow(fig, narrow[repr(v)], narrow_height + SLIDER_PX)
+                layout["meta"] = _with_narrow(fig, narrow[repr(v)], narrow_height + SLIDER_PX, most_notes)
             frames.append(go.Frame(name=str(v), data=list(fig.data), layout=layout))
         base = go.Figure(figures[repr(self.value)])
         base.update_layout(frames[self.values.index(self.value)].layout.to_plotly_json())
