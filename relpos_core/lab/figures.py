@@ -9,6 +9,7 @@ styles come from the scheme declarations; one colour per scheme across every fig
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 from relpos_core import schemes
@@ -136,9 +137,10 @@ def length_figure(results: dict, task: str, variants=None, *, lr: float | None =
                 hovertemplate=f"{label(v)}<br>L = %{{x}}: %{{y:.2f}} (%{{text}})<extra></extra>"))
         # a model no run of which solved the task has no point past the training length: said under the
         # axis title (inside the plot it would cover the lines of the models that did)
-        note = ("" if not unsolved else _wrapped("not solved in this budget: " + ", ".join(unsolved))
-                if len(unsolved) < len(variants) else
-                _wrapped("no model solved the task in this budget: nothing to show past the training length"))
+        if len(unsolved) == len(variants):
+            note = _wrapped("no model solved the task in this budget: nothing to show past the training length")
+        else:
+            note = _wrapped("not solved in this budget: " + ", ".join(unsolved)) if unsolved else ""
         fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=0, yshift=-46, xanchor="left",
                            yanchor="top", align="left", showarrow=False, font=dict(size=11, color="#555"),
                            visible=bool(note))
@@ -152,15 +154,8 @@ def length_figure(results: dict, task: str, variants=None, *, lr: float | None =
 
 
 def _wrapped(text: str, width: int = 40) -> str:
-    """``text`` in lines of at most ``width`` characters, broken at spaces (``<br>``): a phone's plot is
-    about 260 px wide."""
-    lines = [""]
-    for word in text.split(" "):
-        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
-            lines.append(word)
-        else:
-            lines[-1] = f"{lines[-1]} {word}".strip()
-    return "<br>".join(lines)
+    """``text`` in lines of at most ``width`` characters joined by ``<br>``: a phone's plot is about 260 px wide."""
+    return "<br>".join(textwrap.wrap(text, width))
 
 
 def levels_figure(results: dict, task: str, probe: str, variants=None, *, budget: int | None = None,
